@@ -1,0 +1,1 @@
+"""The admin web UI, mounted at /admin on the service."""

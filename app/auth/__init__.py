@@ -1,0 +1,1 @@
+"""Who is calling: participants by API key, admins by the admin key."""

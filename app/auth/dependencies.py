@@ -1,0 +1,83 @@
+"""FastAPI dependencies: the request's DB session and the authenticated caller."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session
+
+from app.auth.keys import hash_api_key, same_secret
+from app.auth.principal import ADMIN, Principal
+from app.errors import Forbidden, Unauthorized
+from app.models import Participant, ParticipantStatus
+from app.participants import repository as participants
+from app.settings import Settings
+
+bearer = HTTPBearer(auto_error=False, description="A participant's API key or the admin key.")
+
+
+def get_settings_dep(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    """One session per request, committed once here at the edge; services only flush."""
+    session: Session = request.app.state.session_factory()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+# scope="function": the commit happens before the response is sent, so a failed commit is
+# reported to the client instead of arriving after a 200.
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+
+
+def current_principal(
+    credentials: Credentials, settings: SettingsDep, session: SessionDep
+) -> Principal:
+    if credentials is None or not credentials.credentials:
+        raise Unauthorized(
+            "missing bearer token: send 'Authorization: Bearer <API key>'", field="Authorization"
+        )
+    token = credentials.credentials
+    if same_secret(token, settings.admin_key):
+        return ADMIN
+    participant = participants.get_by_key_hash(session, hash_api_key(token))
+    if participant is None:
+        raise Unauthorized("unknown API key", field="Authorization")
+    if participant.status is ParticipantStatus.suspended:
+        raise Forbidden(f"participant {participant.name} is suspended", field="Authorization")
+    return Principal(participant_id=participant.id, name=participant.name)
+
+
+CurrentPrincipal = Annotated[Principal, Depends(current_principal)]
+
+
+def current_participant(principal: CurrentPrincipal, session: SessionDep) -> Participant:
+    if principal.participant_id is None:
+        raise Forbidden("this endpoint is for participants; the admin key has no participant")
+    participant = session.get(Participant, principal.participant_id)
+    assert participant is not None  # authenticated a moment ago in the same transaction
+    return participant
+
+
+def require_admin(principal: CurrentPrincipal) -> Principal:
+    if not principal.is_admin:
+        raise Forbidden("admin key required", field="Authorization")
+    return principal
+
+
+CurrentParticipant = Annotated[Participant, Depends(current_participant)]
+AdminPrincipal = Annotated[Principal, Depends(require_admin)]

@@ -1,0 +1,195 @@
+"""The ``fedload`` command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from app.agent.command import agent
+from app.settings import get_settings
+from spark_jobs.whatif.command import whatif
+
+console = Console()
+cli = typer.Typer(
+    help="fedload: a federated load-management marketplace for stream processing.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+db_cli = typer.Typer(help="Manage the registry database.", no_args_is_help=True)
+contracts_cli = typer.Typer(help="Contracts as code: apply federation files.", no_args_is_help=True)
+participants_cli = typer.Typer(help="Register participants.", no_args_is_help=True)
+cli.add_typer(db_cli, name="db")
+cli.add_typer(contracts_cli, name="contracts")
+cli.add_typer(participants_cli, name="participants")
+cli.command("whatif")(whatif)
+cli.command("agent")(agent)
+
+
+@db_cli.command("upgrade")
+def db_upgrade(
+    revision: str = typer.Argument("head", help="Alembic revision to migrate to."),
+) -> None:
+    """Migrate the registry (DATABASE_URL, default a SQLite file under var/) to REVISION."""
+    from app.db.migrate import upgrade
+
+    url = get_settings().database_url
+    upgrade(url, revision)
+    console.print(f"[green]migrated[/] {_redact(url)} to {revision}")
+
+
+@contracts_cli.command("apply")
+def contracts_apply(
+    file: Path = typer.Argument(..., help="Federation YAML file (see contracts/README.md)."),
+    migrate: bool = typer.Option(True, help="Run migrations first."),
+) -> None:
+    """Validate FILE and upsert its participants, contracts and tasks. Idempotent.
+
+    Applying the same file twice changes nothing. On an error the message names the file, the
+    line and the field, and nothing is written.
+    """
+    from app.db.migrate import upgrade
+    from app.db.session import unit_of_work
+    from app.federation.apply import apply_federation
+    from app.federation.document import FederationFileError, load_federation
+
+    try:
+        doc = load_federation(file)
+    except FederationFileError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(1) from exc
+    url = get_settings().database_url
+    if migrate:
+        upgrade(url)
+    with unit_of_work(url) as session:
+        result = apply_federation(session, doc, actor=f"file:{file}")
+    _print_apply_result(result.changes, result.new_keys)
+
+
+def _print_apply_result(changes: list[str], new_keys: dict[str, str]) -> None:
+    if not changes:
+        console.print("no changes: the registry already matches the file")
+    shown = 12
+    for change in changes[:shown]:
+        console.print(f"  {change}")
+    if len(changes) > shown:
+        console.print(f"  ... and {len(changes) - shown} more changes ({len(changes)} in all)")
+    if new_keys:
+        table = Table("participant", "API key (shown once)")
+        for name, key in new_keys.items():
+            table.add_row(name, key)
+        console.print(table)
+
+
+@participants_cli.command("create")
+def participants_create(
+    name: str = typer.Argument(..., help="Unique participant name."),
+    capacity: float = typer.Option(..., help="Capacity in load units (1 unit = 1% of a CPU)."),
+) -> None:
+    """Register a participant and print its API key (shown only this once)."""
+    from app.db.migrate import upgrade
+    from app.db.session import unit_of_work
+    from app.errors import DomainError
+    from app.participants.schemas import ParticipantCreate
+    from app.participants.service import create_participant
+
+    url = get_settings().database_url
+    upgrade(url)
+    try:
+        with unit_of_work(url) as session:
+            created = create_participant(
+                session, ParticipantCreate(name=name, capacity=capacity), actor="cli"
+            )
+    except DomainError as exc:
+        console.print(f"[red]error:[/] {exc.field or ''} {exc.detail}")
+        raise typer.Exit(1) from exc
+    console.print(f"participant {created.participant.name} (id {created.participant.id})")
+    console.print(f"API key (shown once): {created.api_key}")
+
+
+@cli.command("serve")
+def serve(
+    host: str = typer.Option("127.0.0.1", help="Interface to listen on."),
+    port: int = typer.Option(8000, help="TCP port."),
+    federation: Path | None = typer.Option(None, help="Apply this federation file on start."),
+) -> None:
+    """Run the REST API and the admin UI (migrates the registry first)."""
+    import uvicorn
+
+    from app.db.migrate import upgrade
+    from app.main import create_app
+
+    settings = get_settings()
+    upgrade(settings.database_url)
+    if federation is not None:
+        contracts_apply(federation, migrate=False)
+    console.print(f"fedload on http://{host}:{port}  (API docs /docs, admin UI /admin)")
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+
+
+@cli.command("demo")
+def demo(
+    federation: Path = typer.Option(
+        Path("contracts/borealis-demo.yaml"), "--federation", help="Federation file to run."
+    ),
+    duration: float | None = typer.Option(
+        None, "--duration", help="Simulated seconds to run (default: the file's own duration)."
+    ),
+    report: Path = typer.Option(Path("var/reports/demo"), "--report", help="Report directory."),
+    no_ui: bool = typer.Option(False, "--no-ui", help="No live terminal view."),
+    pace: float = typer.Option(
+        0.0, help="Wall seconds per simulated second (0: as fast as it goes)."
+    ),
+    time_scale: float = typer.Option(
+        1.0, help="Multiply every time in the federation (shorten it)."
+    ),
+    real_fragments: int = typer.Option(2, help="How many tasks run as real Spark fragments."),
+    host: str = typer.Option("127.0.0.1", help="Interface for the service."),
+    port: int = typer.Option(8000, help="TCP port for the service (admin UI at /admin)."),
+    serve_only: bool = typer.Option(
+        False, "--serve-only", help="Only start the service with the federation applied."
+    ),
+) -> None:
+    """Run the Borealis load-management demo live: service, agents, Spark fragments, report.
+
+    Agents A, B, C (and D when it joins) trade load under their contracts while the timeline
+    plays; a live view shows loads, thresholds, marginal costs and moves; the admin UI is up
+    meanwhile. It ends with DIR/report.json, PNG plots and checks (the moved fragments' output
+    equals a run without moves; the allocation is acceptable at the end) and exits non-zero when
+    a check fails.
+    """
+    if serve_only:
+        console.print(f"admin UI: http://{host}:{port}/admin (key: FEDLOAD_ADMIN_KEY)")
+        console.print(f"REST API: http://{host}:{port}/v1, OpenAPI at http://{host}:{port}/docs")
+        serve(host=host, port=port, federation=federation)
+        return
+    from spark_jobs.demo.run import DemoOptions, run_demo
+
+    result = run_demo(
+        DemoOptions(
+            federation=federation,
+            report_dir=report,
+            duration=duration,
+            time_scale=time_scale,
+            pace=pace,
+            ui=not no_ui,
+            real_fragments=real_fragments,
+            host=host,
+            port=port,
+        ),
+        console,
+    )
+    if not all(result["checks"].values()):
+        raise typer.Exit(1)
+
+
+def _redact(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def main() -> None:
+    cli()

@@ -1,0 +1,103 @@
+"""/v1/contracts: propose, counter, accept, reject, terminate; history and ledger."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query, status
+
+from app.auth.dependencies import CurrentPrincipal, SessionDep
+from app.contracts import service
+from app.contracts.schemas import (
+    ContractCounter,
+    ContractCreate,
+    ContractEventRead,
+    ContractRead,
+    LedgerRead,
+    VersionBody,
+)
+from app.models import ContractStatus
+
+router = APIRouter(prefix="/v1/contracts", tags=["contracts"])
+
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"description": "No such contract, or you are not one of its parties."}
+}
+CONFLICT: dict[int | str, dict[str, Any]] = {
+    409: {"description": "Stale version or illegal transition; the message says which."}
+}
+
+
+@router.post("", response_model=ContractRead, status_code=status.HTTP_201_CREATED)
+def propose(body: ContractCreate, me: CurrentPrincipal, session: SessionDep) -> ContractRead:
+    """Propose a contract to a partner. It starts as ``proposed``, version 1."""
+    return service.to_read(session, service.propose(session, me, body))
+
+
+@router.get("", response_model=list[ContractRead])
+def list_contracts(
+    me: CurrentPrincipal,
+    session: SessionDep,
+    status_: ContractStatus | None = Query(default=None, alias="status"),
+) -> list[ContractRead]:
+    """Your contracts (every contract for an admin), optionally filtered by status."""
+    return [service.to_read(session, c) for c in service.list_for(session, me, status_)]
+
+
+@router.get("/{contract_id}", response_model=ContractRead, responses=NOT_FOUND)
+def read_contract(contract_id: int, me: CurrentPrincipal, session: SessionDep) -> ContractRead:
+    contract = service.get_visible(session, me, contract_id)
+    service.expire_if_due(session, contract)
+    return service.to_read(session, contract)
+
+
+@router.post(
+    "/{contract_id}/counter", response_model=ContractRead, responses={**NOT_FOUND, **CONFLICT}
+)
+def counter(
+    contract_id: int, body: ContractCounter, me: CurrentPrincipal, session: SessionDep
+) -> ContractRead:
+    """Answer the terms on the table with new terms. ``version`` must be the current one."""
+    return service.to_read(session, service.counter(session, me, contract_id, body))
+
+
+@router.post(
+    "/{contract_id}/accept", response_model=ContractRead, responses={**NOT_FOUND, **CONFLICT}
+)
+def accept(
+    contract_id: int, body: VersionBody, me: CurrentPrincipal, session: SessionDep
+) -> ContractRead:
+    """Accept the other party's terms; the contract becomes ``active``."""
+    return service.to_read(session, service.accept(session, me, contract_id, body.version))
+
+
+@router.post(
+    "/{contract_id}/reject", response_model=ContractRead, responses={**NOT_FOUND, **CONFLICT}
+)
+def reject(
+    contract_id: int, body: VersionBody, me: CurrentPrincipal, session: SessionDep
+) -> ContractRead:
+    """Reject the other party's terms; the negotiation ends."""
+    return service.to_read(session, service.reject(session, me, contract_id, body.version))
+
+
+@router.post(
+    "/{contract_id}/terminate", response_model=ContractRead, responses={**NOT_FOUND, **CONFLICT}
+)
+def terminate(
+    contract_id: int, body: VersionBody, me: CurrentPrincipal, session: SessionDep
+) -> ContractRead:
+    """End an active contract (either party): no future moves, ledger settled."""
+    return service.to_read(session, service.terminate(session, me, contract_id, body.version))
+
+
+@router.get("/{contract_id}/history", response_model=list[ContractEventRead], responses=NOT_FOUND)
+def history(contract_id: int, me: CurrentPrincipal, session: SessionDep) -> list[ContractEventRead]:
+    """Every proposal, counter and decision, with author, version and time."""
+    return service.history(session, me, contract_id)
+
+
+@router.get("/{contract_id}/ledger", response_model=LedgerRead, responses=NOT_FOUND)
+def ledger(contract_id: int, me: CurrentPrincipal, session: SessionDep) -> LedgerRead:
+    """Payments under the contract and each party's net balance."""
+    return service.ledger(session, me, contract_id)

@@ -1,0 +1,394 @@
+"""Contract negotiation use cases. Services flush, never commit."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.audit import service as audit
+from app.auth.principal import Principal
+from app.contracts import repository
+from app.contracts.lifecycle import Action, ContractState, Status, is_due_to_expire, next_status
+from app.contracts.schemas import (
+    AvailabilityTerms,
+    ContractCounter,
+    ContractCreate,
+    ContractEventRead,
+    ContractRead,
+    ContractTerms,
+    LedgerEntryRead,
+    LedgerRead,
+)
+from app.db.base import utcnow
+from app.errors import Conflict, InvalidInput, NotFound
+from app.models import Contract, ContractEvent, ContractStatus, LedgerEntry, Offer, OfferStatus
+from app.participants import repository as participants
+
+
+def terms_snapshot(contract: Contract) -> dict[str, Any]:
+    return {
+        "price_min": contract.price_min,
+        "price_max": contract.price_max,
+        "starts_at": contract.starts_at.isoformat(),
+        "ends_at": contract.ends_at.isoformat(),
+        "min_move_seconds": contract.min_move_seconds,
+        "availability": _availability(contract).model_dump(mode="json")
+        if contract.recovery or contract.max_delay_seconds or contract.replica_hosting
+        else None,
+    }
+
+
+def _availability(contract: Contract) -> AvailabilityTerms:
+    return AvailabilityTerms(
+        recovery=contract.recovery,
+        max_delay_seconds=contract.max_delay_seconds,
+        replica_hosting=contract.replica_hosting,
+    )
+
+
+def _apply_terms(contract: Contract, terms: ContractTerms, now: datetime) -> None:
+    contract.price_min, contract.price_max = terms.price_min, terms.price_max
+    contract.starts_at, contract.ends_at = terms.term(now)
+    if contract.ends_at <= now:
+        raise InvalidInput("the term has already ended", field="ends_at")
+    contract.min_move_seconds = terms.min_move_seconds
+    availability = terms.availability or AvailabilityTerms()
+    contract.recovery = availability.recovery
+    contract.max_delay_seconds = availability.max_delay_seconds
+    contract.replica_hosting = availability.replica_hosting
+
+
+def _merged_terms(contract: Contract, counter: ContractCounter) -> ContractTerms:
+    """The terms a counter puts on the table: what it names, the rest as they stand."""
+    given = {k: getattr(counter, k) for k in counter.model_fields_set if k != "version"}
+    current = {
+        "price_min": contract.price_min,
+        "price_max": contract.price_max,
+        "starts_at": contract.starts_at,
+        "ends_at": contract.ends_at,
+        "min_move_seconds": contract.min_move_seconds,
+        "availability": _availability(contract),
+    }
+    merged = {**current, **{k: v for k, v in given.items() if v is not None}}
+    if merged["price_max"] < merged["price_min"]:
+        raise InvalidInput(
+            f"price_max {merged['price_max']} is below price_min {merged['price_min']}",
+            field="price_max" if "price_max" in given else "price_min",
+        )
+    if merged["ends_at"] <= merged["starts_at"]:
+        raise InvalidInput("ends_at must be after starts_at", field="ends_at")
+    return ContractTerms.model_construct(**merged)
+
+
+def _state(contract: Contract) -> ContractState:
+    return ContractState(
+        status=Status(contract.status.value),
+        version=contract.version,
+        parties=contract.parties(),
+        terms_author_id=contract.terms_author_id,
+        ends_at=contract.ends_at,
+    )
+
+
+def _log(
+    session: Session, contract: Contract, action: str, principal: Principal | None, actor: str
+) -> None:
+    """History and audit for one step; called after flush so the version is the new one."""
+    session.add(
+        ContractEvent(
+            contract_id=contract.id,
+            version=contract.version,
+            action=action,
+            author_id=principal.participant_id if principal else None,
+            actor=actor,
+            terms=terms_snapshot(contract),
+        )
+    )
+    audit.record(
+        session,
+        actor=actor,
+        action=f"contract.{action}",
+        entity_type="contract",
+        entity_id=contract.id,
+        detail={"version": contract.version, "status": contract.status.value},
+    )
+
+
+def to_read(session: Session, contract: Contract) -> ContractRead:
+    ids = [contract.proposer_id, contract.partner_id]
+    if contract.terms_author_id is not None:
+        ids.append(contract.terms_author_id)
+    names = participants.names_by_id(session, ids)
+    has_availability = contract.recovery or contract.max_delay_seconds or contract.replica_hosting
+    return ContractRead(
+        id=contract.id,
+        status=contract.status,
+        version=contract.version,
+        proposer=names[contract.proposer_id],
+        partner=names[contract.partner_id],
+        terms_author=names.get(contract.terms_author_id) if contract.terms_author_id else None,
+        price_min=contract.price_min,
+        price_max=contract.price_max,
+        starts_at=contract.starts_at,
+        ends_at=contract.ends_at,
+        min_move_seconds=contract.min_move_seconds,
+        availability=_availability(contract) if has_availability else None,
+        settled_amount=contract.settled_amount,
+        created_at=contract.created_at,
+        updated_at=contract.updated_at,
+        ended_at=contract.ended_at,
+    )
+
+
+def propose(session: Session, principal: Principal, data: ContractCreate) -> Contract:
+    if principal.participant_id is None:
+        raise InvalidInput("an admin cannot propose a contract; apply a contract file instead")
+    partner = participants.get_by_name(session, data.partner)
+    if partner is None:
+        raise InvalidInput(f"unknown partner {data.partner!r}", field="partner")
+    if partner.id == principal.participant_id:
+        raise InvalidInput("a contract needs two parties; you named yourself", field="partner")
+    existing = repository.live_between(session, principal.participant_id, partner.id)
+    if existing is not None:
+        raise Conflict(
+            f"you and {partner.name} already have contract {existing.id} ({existing.status.value})",
+            field="partner",
+        )
+    now = utcnow()
+    contract = Contract(
+        proposer_id=principal.participant_id,
+        partner_id=partner.id,
+        status=ContractStatus.proposed,
+        terms_author_id=principal.participant_id,
+    )
+    _apply_terms(contract, data, now)
+    session.add(contract)
+    session.flush()
+    _log(session, contract, "proposed", principal, principal.actor)
+    return contract
+
+
+def get_visible(
+    session: Session, principal: Principal, contract_id: int, *, for_update: bool = False
+) -> Contract:
+    """The contract if the caller is a party or an admin; otherwise 404, never 403, so that
+    outsiders cannot even learn that it exists."""
+    contract = repository.get(session, contract_id, for_update=for_update)
+    if contract is None or (
+        not principal.is_admin and principal.participant_id not in contract.parties()
+    ):
+        raise NotFound(f"contract {contract_id} not found", field="id")
+    return contract
+
+
+def expire_if_due(session: Session, contract: Contract, now: datetime | None = None) -> bool:
+    if not is_due_to_expire(_state(contract), now or utcnow()):
+        return False
+    contract.status = ContractStatus.expired
+    contract.ended_at = contract.ends_at
+    session.flush()
+    _log(session, contract, "expired", None, "system")
+    return True
+
+
+def list_for(
+    session: Session, principal: Principal, status: ContractStatus | None
+) -> list[Contract]:
+    contracts = repository.for_participant(session, principal.participant_id)
+    for contract in contracts:
+        expire_if_due(session, contract)
+    return [c for c in contracts if status is None or c.status is status]
+
+
+def _decide(
+    session: Session, principal: Principal, contract_id: int, action: Action, version: int
+) -> tuple[Contract, ContractStatus]:
+    """Check that ``action`` is allowed now; the caller applies the returned status."""
+    contract = get_visible(session, principal, contract_id, for_update=True)
+    if expire_if_due(session, contract):
+        raise Conflict(f"the contract expired at {contract.ends_at.isoformat()}", field="status")
+    new_status = next_status(
+        _state(contract), action, actor_id=principal.participant_id, sent_version=version
+    )
+    return contract, ContractStatus(new_status.value)
+
+
+def counter(
+    session: Session, principal: Principal, contract_id: int, data: ContractCounter
+) -> Contract:
+    contract, new_status = _decide(session, principal, contract_id, Action.counter, data.version)
+    terms = _merged_terms(contract, data)
+    contract.status = new_status
+    _apply_terms(contract, terms, utcnow())
+    contract.terms_author_id = principal.participant_id
+    session.flush()
+    _log(session, contract, "countered", principal, principal.actor)
+    return contract
+
+
+def accept(session: Session, principal: Principal, contract_id: int, version: int) -> Contract:
+    contract, new_status = _decide(session, principal, contract_id, Action.accept, version)
+    contract.status = new_status
+    session.flush()
+    _log(session, contract, "accepted", principal, principal.actor)
+    return contract
+
+
+def reject(session: Session, principal: Principal, contract_id: int, version: int) -> Contract:
+    contract, new_status = _decide(session, principal, contract_id, Action.reject, version)
+    contract.status = new_status
+    contract.ended_at = utcnow()
+    session.flush()
+    _log(session, contract, "rejected", principal, principal.actor)
+    return contract
+
+
+def terminate(session: Session, principal: Principal, contract_id: int, version: int) -> Contract:
+    """End an active contract: no future moves under it, open offers withdrawn, ledger settled."""
+    from app.movements.payments import accrue_contract
+
+    contract, new_status = _decide(session, principal, contract_id, Action.terminate, version)
+    now = utcnow()
+    # Charge hosting up to this instant while the contract is still active, then settle. All
+    # queries come first, so the contract row changes once and its version rises by one.
+    accrue_contract(session, contract, now)
+    settled = _settle(session, contract)
+    open_offers = list(
+        session.scalars(
+            select(Offer).where(Offer.contract_id == contract.id, Offer.status == OfferStatus.open)
+        )
+    )
+    for offer in open_offers:
+        offer.status = OfferStatus.withdrawn
+        offer.decided_at = now
+    contract.status = new_status
+    contract.ended_at = now
+    contract.settled_amount = settled
+    session.flush()
+    _log(
+        session,
+        contract,
+        "terminated",
+        principal if not principal.is_admin else None,
+        principal.actor,
+    )
+    return contract
+
+
+def _settle(session: Session, contract: Contract) -> float:
+    """Net the accrued payments between the two parties into one settlement entry."""
+    a, b = contract.parties()
+    owed_by_a = sum(
+        e.amount if e.payer_id == a else -e.amount
+        for e in repository.ledger(session, contract.id)
+        if e.kind == "accrual"
+    )
+    if owed_by_a == 0:
+        return 0.0
+    payer, payee = (a, b) if owed_by_a > 0 else (b, a)
+    session.add(
+        LedgerEntry(
+            contract_id=contract.id,
+            payer_id=payer,
+            payee_id=payee,
+            kind="settlement",
+            amount=abs(owed_by_a),
+        )
+    )
+    return abs(owed_by_a)
+
+
+def accrue(
+    session: Session,
+    contract: Contract,
+    *,
+    payer_id: int,
+    payee_id: int,
+    load: float,
+    price: float,
+    seconds: float,
+    task_id: int | None = None,
+) -> LedgerEntry:
+    """Record a payment for ``load`` units hosted for ``seconds`` at ``price`` per unit-second."""
+    if contract.status is not ContractStatus.active:
+        raise Conflict(
+            f"contract {contract.id} is {contract.status.value}, not active", field="status"
+        )
+    if {payer_id, payee_id} != set(contract.parties()):
+        raise InvalidInput("payer and payee must be the contract's two parties", field="payer")
+    if not contract.price_min <= price <= contract.price_max:
+        raise InvalidInput(
+            f"price {price} is outside the contract's range "
+            f"[{contract.price_min}, {contract.price_max}]",
+            field="price",
+        )
+    entry = LedgerEntry(
+        contract_id=contract.id,
+        payer_id=payer_id,
+        payee_id=payee_id,
+        task_id=task_id,
+        kind="accrual",
+        load=load,
+        price=price,
+        seconds=seconds,
+        amount=load * price * seconds,
+    )
+    session.add(entry)
+    session.flush()
+    return entry
+
+
+def history(session: Session, principal: Principal, contract_id: int) -> list[ContractEventRead]:
+    contract = get_visible(session, principal, contract_id)
+    events = repository.events(session, contract.id)
+    names = participants.names_by_id(session, [e.author_id for e in events if e.author_id])
+    return [
+        ContractEventRead(
+            version=e.version,
+            action=e.action,
+            author=names.get(e.author_id) if e.author_id else None,
+            actor=e.actor,
+            terms=e.terms,
+            at=e.at,
+        )
+        for e in events
+    ]
+
+
+def ledger(session: Session, principal: Principal, contract_id: int) -> LedgerRead:
+    contract = get_visible(session, principal, contract_id)
+    entries = repository.ledger(session, contract.id)
+    names = participants.names_by_id(session, contract.parties())
+    balances: dict[str, float] = defaultdict(float)
+    for name in names.values():
+        balances[name] = 0.0
+    total = 0.0
+    for e in entries:
+        if e.kind == "accrual":
+            balances[names[e.payee_id]] += e.amount
+            balances[names[e.payer_id]] -= e.amount
+            total += e.amount
+    return LedgerRead(
+        contract_id=contract.id,
+        entries=[
+            LedgerEntryRead(
+                id=e.id,
+                kind=e.kind,
+                payer=names[e.payer_id],
+                payee=names[e.payee_id],
+                task_id=e.task_id,
+                load=e.load,
+                price=e.price,
+                seconds=e.seconds,
+                amount=e.amount,
+                at=e.at,
+            )
+            for e in entries
+        ],
+        balances=dict(balances),
+        total_paid=total,
+    )

@@ -1,0 +1,333 @@
+"""Federation documents: participants, contracts, tasks and a timeline, as frozen dataclasses.
+
+A document is checked in three layers, each error naming the file, the line and the field:
+the YAML syntax, the JSON Schema in ``contracts/federation.schema.json``, and the cross-references
+and cost-model checks that a schema cannot express.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from app.market.cost_models import CostModelError, build_cost_model
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "contracts" / "federation.schema.json"
+# Contracts from a file with no explicit term run for a year from the moment they are applied.
+DEFAULT_TERM = timedelta(days=365)
+
+Path_ = tuple[str | int, ...]
+
+
+class FederationFileError(ValueError):
+    """A document that cannot be used. ``str()`` reads ``file:line: field: what is wrong``."""
+
+    def __init__(self, source: str, line: int | None, field: str, detail: str) -> None:
+        self.source, self.line, self.field, self.detail = source, line, field, detail
+        where = f"{source}:{line}" if line is not None else source
+        super().__init__(f"{where}: {field}: {detail}")
+
+
+@dataclass(frozen=True)
+class ParticipantSpec:
+    name: str
+    capacity: float
+    cost_model: Mapping[str, Any]
+    joins_at: float | None = None
+    profile: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AvailabilitySpec:
+    recovery: str | None = None
+    max_delay_seconds: float | None = None
+    replica_hosting: bool = False
+
+
+@dataclass(frozen=True)
+class ContractSpec:
+    a: str
+    b: str
+    price_min: float
+    price_max: float
+    min_move_seconds: float = 0.0
+    starts_at: datetime | None = None
+    ends_at: datetime | None = None
+    availability: AvailabilitySpec | None = None
+
+    def pair(self) -> frozenset[str]:
+        return frozenset((self.a, self.b))
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    owner: str
+    load: float
+    host: str | None = None
+    fragment: str | None = None
+    replicas: int = 0
+
+    @property
+    def initial_host(self) -> str:
+        return self.host or self.owner
+
+
+@dataclass(frozen=True)
+class TimelineEvent:
+    at: float
+    event: str  # scale_load | task_load | join | leave
+    participant: str | None = None
+    task: str | None = None
+    factor: float | None = None
+    load: float | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class SimulationSpec:
+    # Borealis's constants: statistics every 1 s, offers examined every 7 s.
+    step_seconds: float = 1.0
+    offer_interval_seconds: float = 7.0
+    duration_seconds: float = 600.0
+    hysteresis: float = 0.01
+
+
+@dataclass(frozen=True)
+class FederationDoc:
+    name: str
+    description: str
+    participants: tuple[ParticipantSpec, ...]
+    contracts: tuple[ContractSpec, ...]
+    tasks: tuple[TaskSpec, ...]
+    timeline: tuple[TimelineEvent, ...]
+    simulation: SimulationSpec
+    source: str = "<memory>"
+
+    def participant(self, name: str) -> ParticipantSpec:
+        for p in self.participants:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+
+@lru_cache(maxsize=1)
+def federation_schema() -> dict[str, Any]:
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+def _line_index(node: yaml.Node, path: Path_, index: dict[Path_, int]) -> None:
+    index[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = key_node.value
+            index[(*path, key)] = key_node.start_mark.line + 1
+            _line_index(value_node, (*path, key), index)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _line_index(item, (*path, i), index)
+
+
+def _field_name(path: Sequence[str | int]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(document)"
+
+
+class _Locator:
+    def __init__(self, source: str, lines: dict[Path_, int]) -> None:
+        self.source, self.lines = source, lines
+
+    def error(self, path: Sequence[str | int], detail: str) -> FederationFileError:
+        probe: Path_ = tuple(path)
+        while probe not in self.lines and probe:
+            probe = probe[:-1]
+        return FederationFileError(self.source, self.lines.get(probe), _field_name(path), detail)
+
+
+def load_federation(path: str | Path) -> FederationDoc:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise FederationFileError(
+            str(path), None, "(file)", f"cannot read: {exc.strerror}"
+        ) from exc
+    return parse_federation(text, source=str(path))
+
+
+def parse_federation(text: str, *, source: str = "<memory>") -> FederationDoc:
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise FederationFileError(source, line, "(syntax)", f"invalid YAML: {problem}") from exc
+    lines: dict[Path_, int] = {}
+    if node is not None:
+        _line_index(node, (), lines)
+    where = _Locator(source, lines)
+    if not isinstance(data, dict):
+        raise where.error((), "a federation document must be a mapping at the top level")
+    _check_schema(data, where)
+    return _build(data, where, source)
+
+
+def _check_schema(data: dict[str, Any], where: _Locator) -> None:
+    validator = jsonschema.Draft202012Validator(
+        federation_schema(), format_checker=jsonschema.FormatChecker()
+    )
+    errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), e.message))
+    if errors:
+        # The shallowest error is usually the real one; deeper ones follow from it.
+        err = errors[0]
+        path: list[str | int] = list(err.absolute_path)
+        # Name the key itself, not the mapping around it, for missing and unexpected keys.
+        if err.validator == "required" and isinstance(err.instance, dict):
+            missing = [k for k in err.validator_value if k not in err.instance]
+            path += missing[:1]
+        elif err.validator == "additionalProperties" and isinstance(err.instance, dict):
+            allowed = set(err.schema.get("properties", {}))
+            path += [k for k in err.instance if k not in allowed][:1]
+        raise where.error(path, err.message)
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    parsed = datetime.fromisoformat(value)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _build(data: dict[str, Any], where: _Locator, source: str) -> FederationDoc:
+    participants: list[ParticipantSpec] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(data["participants"]):
+        name = raw["name"]
+        if name in seen:
+            raise where.error(["participants", i, "name"], f"participant {name!r} is listed twice")
+        seen.add(name)
+        spec = raw.get("cost_model", {"kind": "mm1"})
+        try:
+            build_cost_model(spec, float(raw["capacity"]))
+        except CostModelError as exc:
+            sub = (exc.field or "cost_model").replace("cost_model", "", 1).lstrip(".")
+            path: list[str | int] = ["participants", i, "cost_model"]
+            for part in sub.replace("]", "").replace("[", ".").split("."):
+                if part:
+                    path.append(int(part) if part.isdigit() else part)
+            raise where.error(path, exc.detail) from exc
+        participants.append(
+            ParticipantSpec(
+                name=name,
+                capacity=float(raw["capacity"]),
+                cost_model=spec,
+                joins_at=raw.get("joins_at"),
+                profile=raw.get("profile", {}),
+            )
+        )
+
+    def known(name: str, path: list[str | int]) -> str:
+        if name not in seen:
+            raise where.error(path, f"unknown participant {name!r}")
+        return name
+
+    contracts: list[ContractSpec] = []
+    pairs: set[frozenset[str]] = set()
+    for i, raw in enumerate(data.get("contracts", [])):
+        a = known(raw["between"][0], ["contracts", i, "between", 0])
+        b = known(raw["between"][1], ["contracts", i, "between", 1])
+        if a == b:
+            raise where.error(
+                ["contracts", i, "between"], f"a contract needs two parties, got {a!r} twice"
+            )
+        if frozenset((a, b)) in pairs:
+            raise where.error(["contracts", i, "between"], f"{a} and {b} already have a contract")
+        pairs.add(frozenset((a, b)))
+        if raw["price_min"] > raw["price_max"]:
+            raise where.error(
+                ["contracts", i, "price_max"],
+                f"price_max {raw['price_max']} is below price_min {raw['price_min']}",
+            )
+        starts, ends = _parse_time(raw.get("starts_at")), _parse_time(raw.get("ends_at"))
+        if starts and ends and ends <= starts:
+            raise where.error(["contracts", i, "ends_at"], "ends_at must be after starts_at")
+        avail = raw.get("availability")
+        contracts.append(
+            ContractSpec(
+                a=a,
+                b=b,
+                price_min=float(raw["price_min"]),
+                price_max=float(raw["price_max"]),
+                min_move_seconds=float(raw.get("min_move_seconds", 0.0)),
+                starts_at=starts,
+                ends_at=ends,
+                availability=AvailabilitySpec(**avail) if avail is not None else None,
+            )
+        )
+
+    tasks: list[TaskSpec] = []
+    task_names: set[str] = set()
+    for i, raw in enumerate(data.get("tasks", [])):
+        if raw["name"] in task_names:
+            raise where.error(["tasks", i, "name"], f"task {raw['name']!r} is listed twice")
+        task_names.add(raw["name"])
+        known(raw["owner"], ["tasks", i, "owner"])
+        if "host" in raw:
+            known(raw["host"], ["tasks", i, "host"])
+        tasks.append(
+            TaskSpec(
+                name=raw["name"],
+                owner=raw["owner"],
+                load=float(raw["load"]),
+                host=raw.get("host"),
+                fragment=raw.get("fragment"),
+                replicas=int(raw.get("replicas", 0)),
+            )
+        )
+
+    needs = {
+        "scale_load": ("participant", "factor"),
+        "task_load": ("task", "load"),
+        "join": ("participant",),
+        "leave": ("participant",),
+    }
+    timeline: list[TimelineEvent] = []
+    for i, raw in enumerate(data.get("timeline", [])):
+        for key in needs[raw["event"]]:
+            if key not in raw:
+                raise where.error(["timeline", i], f"a {raw['event']} event needs '{key}'")
+        if "participant" in raw:
+            known(raw["participant"], ["timeline", i, "participant"])
+        if "task" in raw and raw["task"] not in task_names:
+            raise where.error(["timeline", i, "task"], f"unknown task {raw['task']!r}")
+        timeline.append(TimelineEvent(**raw))
+    timeline.sort(key=lambda e: e.at)
+
+    return FederationDoc(
+        name=data["federation"],
+        description=data.get("description", ""),
+        participants=tuple(participants),
+        contracts=tuple(contracts),
+        tasks=tuple(tasks),
+        timeline=tuple(timeline),
+        simulation=SimulationSpec(**data.get("simulation", {})),
+        source=source,
+    )
+
+
+def contract_term(spec: ContractSpec, now: datetime) -> tuple[datetime, datetime]:
+    """The term a file contract gets in the registry: its own, else a year from ``now``."""
+    starts = spec.starts_at or now
+    return starts, spec.ends_at or starts + DEFAULT_TERM

@@ -1,0 +1,112 @@
+"""The FastAPI application: REST API v1 under /v1, OpenAPI at /docs, admin UI at /admin."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.orm.exc import StaleDataError
+
+from app import __version__
+from app.admin.web import mount_admin
+from app.contracts.endpoints import router as contracts_router
+from app.db.session import session_factory
+from app.errors import DomainError
+from app.movements.endpoints import router as movements_router
+from app.offers.endpoints import router as offers_router
+from app.participants.endpoints import router as participants_router
+from app.settings import Settings, get_settings
+from app.tasks.endpoints import router as tasks_router
+
+
+def _field(loc: tuple[Any, ...] | list[Any]) -> str:
+    # "body" / "query" prefixes say where, the rest says which field.
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        where, rest = parts[0], parts[1:]
+        if not rest:
+            return where
+        return ".".join(rest) if where == "body" else ".".join([where, *rest])
+    return ".".join(parts)
+
+
+def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    first: dict[str, Any] = (
+        dict(errors[0]) if errors else {"loc": ("body",), "msg": "invalid request", "type": ""}
+    )
+    if first.get("type") == "json_invalid":
+        ctx = first.get("ctx", {})
+        return JSONResponse(
+            status_code=400,
+            content={
+                "detail": f"malformed JSON body: {ctx.get('error', first.get('msg'))} "
+                f"at position {first['loc'][-1] if len(first['loc']) > 1 else '?'}",
+                "field": "body",
+            },
+        )
+    field = _field(first["loc"])
+    msg = str(first["msg"]).removeprefix("Value error, ")
+    return JSONResponse(
+        status_code=422,
+        content={
+            "detail": f"{field}: {msg}",
+            "field": field,
+            "errors": [
+                {"field": _field(e["loc"]), "message": str(e["msg"]).removeprefix("Value error, ")}
+                for e in errors
+            ],
+        },
+    )
+
+
+def _domain_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, DomainError)
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+    return JSONResponse(
+        status_code=exc.status_code,
+        content={"detail": exc.detail, "field": exc.field},
+        headers=headers,
+    )
+
+
+def _stale(_: Request, exc: Exception) -> JSONResponse:
+    # Another request changed the row between our read and our write (optimistic lock).
+    return JSONResponse(
+        status_code=409,
+        content={
+            "detail": "the record changed concurrently; re-read it and retry",
+            "field": "version",
+        },
+    )
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    app = FastAPI(
+        title="fedload",
+        version=__version__,
+        summary=(
+            "Federated load management: bilateral, price-bounded contracts between participants."
+        ),
+    )
+    app.state.settings = settings
+    app.state.session_factory = session_factory(settings.database_url)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(DomainError, _domain_error)
+    app.add_exception_handler(StaleDataError, _stale)
+    app.include_router(participants_router)
+    app.include_router(contracts_router)
+    app.include_router(tasks_router)
+    app.include_router(offers_router)
+    app.include_router(movements_router)
+
+    @app.get("/healthz", tags=["service"])
+    def healthz() -> dict[str, str]:
+        return {"status": "ok", "version": __version__}
+
+    mount_admin(app, settings)
+    return app

@@ -1,0 +1,25 @@
+"""Every ORM model, imported here so Alembic's autogenerate sees the whole schema."""
+
+from app.models.audit import AuditEntry
+from app.models.contract import Contract, ContractEvent, ContractStatus, LedgerEntry, Recovery
+from app.models.movement import Movement, MovementReason, MovementStatus, Offer, OfferStatus
+from app.models.participant import Participant, ParticipantSample, ParticipantStatus
+from app.models.task import Task
+
+__all__ = [
+    "AuditEntry",
+    "Contract",
+    "ContractEvent",
+    "ContractStatus",
+    "LedgerEntry",
+    "Movement",
+    "MovementReason",
+    "MovementStatus",
+    "Offer",
+    "OfferStatus",
+    "Participant",
+    "ParticipantSample",
+    "ParticipantStatus",
+    "Recovery",
+    "Task",
+]

@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, CheckConstraint, Enum, Float, ForeignKey, Integer, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db.base import Base, UTCDateTime, utcnow
+
+
+class ParticipantStatus(enum.StrEnum):
+    active = "active"
+    suspended = "suspended"
+
+
+class Participant(Base):
+    __tablename__ = "participants"
+    __table_args__ = (CheckConstraint("capacity > 0", name="capacity_positive"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    capacity: Mapped[float] = mapped_column(Float)
+    # What every other participant may see: free text, contact, region.
+    profile: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # Private to the participant and admins: the market never needs another's cost curve.
+    cost_model: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # API keys are 256-bit random tokens, so a fast hash is enough; there is nothing to brute-force.
+    api_key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    status: Mapped[ParticipantStatus] = mapped_column(
+        Enum(ParticipantStatus, native_enum=False, length=16), default=ParticipantStatus.active
+    )
+    # Liveness as seen by the service (online / suspect / failed / unknown), fed by heartbeats.
+    liveness: Mapped[str] = mapped_column(String(16), default="unknown")
+    last_heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    endpoint: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+
+class ParticipantSample(Base):
+    """Load and marginal cost reported by a participant's agent, for charts over time."""
+
+    __tablename__ = "participant_samples"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    participant_id: Mapped[int] = mapped_column(
+        ForeignKey("participants.id", ondelete="CASCADE"), index=True
+    )
+    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+    load: Mapped[float] = mapped_column(Float)
+    marginal_cost: Mapped[float | None] = mapped_column(Float, nullable=True)
+    threshold: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # DPC node state of the participant's fragments: STABLE, UP_FAILURE, STABILIZATION.
+    node_state: Mapped[str | None] = mapped_column(String(16), nullable=True)

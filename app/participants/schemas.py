@@ -1,0 +1,67 @@
+"""Participant wire formats."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.models import ParticipantStatus
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+class ParticipantCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN, description="Unique; letters, digits, '_', '.', '-'.")
+    capacity: float = Field(gt=0, description="Capacity in load units (1 unit = 1% of a CPU).")
+    profile: dict[str, Any] = Field(default_factory=dict, description="Public profile.")
+    cost_model: dict[str, Any] | None = Field(
+        default=None, description="Private cost model, e.g. {'kind': 'mm1'}; default mm1."
+    )
+
+
+class ParticipantPublic(BaseModel):
+    """What every participant may see of another."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    name: str
+    profile: dict[str, Any]
+    status: ParticipantStatus
+    liveness: str
+
+
+class ParticipantRead(ParticipantPublic):
+    """A participant as it sees itself (and as admins see it)."""
+
+    capacity: float
+    cost_model: dict[str, Any]
+    endpoint: str | None
+    last_heartbeat_at: datetime | None
+    created_at: datetime
+
+
+class ParticipantCreated(ParticipantRead):
+    api_key: str = Field(description="Shown only in this response; store it now.")
+
+
+class ParticipantStatusUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    status: ParticipantStatus
+
+
+class Heartbeat(BaseModel):
+    """An agent's periodic report: alive, where to reach it, and its current load picture."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    endpoint: str | None = Field(default=None, max_length=255, description="e.g. grpc://host:port")
+    load: float | None = Field(default=None, ge=0, description="Current load in load units.")
+    marginal_cost: float | None = Field(default=None, ge=0)
+    threshold: float | None = Field(default=None, ge=0)
+    node_state: Literal["STABLE", "UP_FAILURE", "STABILIZATION"] | None = None

@@ -1,0 +1,153 @@
+"""Participant use cases. Services flush, never commit: the caller owns the transaction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.audit import service as audit
+from app.auth.keys import hash_api_key, new_api_key
+from app.db.base import utcnow
+from app.errors import Conflict, InvalidInput, NotFound
+from app.market.cost_models import CostModelError, build_cost_model
+from app.models import Participant, ParticipantSample, ParticipantStatus, Task
+from app.participants import repository
+from app.participants.schemas import Heartbeat, ParticipantCreate
+
+
+@dataclass(frozen=True)
+class CreatedParticipant:
+    participant: Participant
+    api_key: str
+
+
+def create_participant(
+    session: Session, data: ParticipantCreate, *, actor: str
+) -> CreatedParticipant:
+    if repository.get_by_name(session, data.name) is not None:
+        raise Conflict(f"a participant named {data.name!r} already exists", field="name")
+    cost_model = data.cost_model or {"kind": "mm1"}
+    try:
+        build_cost_model(cost_model, data.capacity)
+    except CostModelError as exc:
+        raise InvalidInput(exc.detail, field=exc.field or "cost_model") from exc
+    api_key = new_api_key()
+    participant = Participant(
+        name=data.name,
+        capacity=data.capacity,
+        profile=data.profile,
+        cost_model=cost_model,
+        api_key_hash=hash_api_key(api_key),
+        status=ParticipantStatus.active,
+    )
+    session.add(participant)
+    session.flush()
+    audit.record(
+        session,
+        actor=actor,
+        action="participant.created",
+        entity_type="participant",
+        entity_id=participant.id,
+        detail={"name": data.name, "capacity": data.capacity},
+    )
+    return CreatedParticipant(participant=participant, api_key=api_key)
+
+
+def get_participant(session: Session, name: str) -> Participant:
+    participant = repository.get_by_name(session, name)
+    if participant is None:
+        raise NotFound(f"participant {name!r} not found", field="name")
+    return participant
+
+
+def set_status(
+    session: Session, name: str, status: ParticipantStatus, *, actor: str
+) -> Participant:
+    """Suspend or reinstate a participant. A suspended participant's key is refused."""
+    participant = get_participant(session, name)
+    if participant.status is status:
+        return participant
+    previous = participant.status
+    participant.status = status
+    session.flush()
+    audit.record(
+        session,
+        actor=actor,
+        action="participant.suspended"
+        if status is ParticipantStatus.suspended
+        else "participant.reinstated",
+        entity_type="participant",
+        entity_id=participant.id,
+        detail={"from": previous.value, "to": status.value},
+    )
+    return participant
+
+
+def rotate_key(session: Session, name: str, *, actor: str) -> CreatedParticipant:
+    participant = get_participant(session, name)
+    api_key = new_api_key()
+    participant.api_key_hash = hash_api_key(api_key)
+    session.flush()
+    audit.record(
+        session,
+        actor=actor,
+        action="participant.key_rotated",
+        entity_type="participant",
+        entity_id=participant.id,
+    )
+    return CreatedParticipant(participant=participant, api_key=api_key)
+
+
+def heartbeat(session: Session, participant: Participant, beat: Heartbeat) -> Participant:
+    """Mark the participant online, keep a load sample, and bring its payments up to date."""
+    from app.movements.payments import accrue_task
+
+    now = utcnow()
+    participant.last_heartbeat_at = now
+    participant.liveness = "online"
+    if beat.endpoint is not None:
+        participant.endpoint = beat.endpoint
+    if beat.load is not None:
+        session.add(
+            ParticipantSample(
+                participant_id=participant.id,
+                at=now,
+                load=beat.load,
+                marginal_cost=beat.marginal_cost,
+                threshold=beat.threshold,
+                node_state=beat.node_state,
+            )
+        )
+    # The owner pays for its shed tasks; charging them on its own heartbeat keeps ledgers current.
+    for task in session.scalars(
+        select(Task).where(Task.owner_id == participant.id, Task.host_id != participant.id)
+    ):
+        accrue_task(session, task, now)
+    session.flush()
+    return participant
+
+
+def refresh_liveness(
+    session: Session, people: list[Participant], *, interval_seconds: float, misses: int
+) -> None:
+    """Bring each participant's stored liveness up to date; audit every change of state."""
+    from app.participants.liveness import liveness
+
+    now = utcnow()
+    for participant in people:
+        current = liveness(
+            participant.last_heartbeat_at, now, interval_seconds=interval_seconds, misses=misses
+        )
+        if current != participant.liveness:
+            audit.record(
+                session,
+                actor="system",
+                action=f"participant.{current}",
+                entity_type="participant",
+                entity_id=participant.id,
+                detail={"from": participant.liveness, "to": current},
+            )
+            participant.liveness = current
+    session.flush()

@@ -1,0 +1,1 @@
+"""The capacity planner's what-if analysis: federations simulated in batch on Spark."""

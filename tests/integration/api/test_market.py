@@ -1,0 +1,197 @@
+"""Offers, partial acceptance, two-phase movements, fencing and payments through the API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import func, select
+
+from app.db.session import unit_of_work
+from app.models import LedgerEntry
+from tests.integration.api.conftest import Api
+from tests.support.snapshot import registry_snapshot
+
+
+def active_contract(api: Api, a: str, b: str) -> dict[str, Any]:
+    contract = api.propose(a, b, price_min=0.2, price_max=0.3)
+    accepted = api.post(b, f"/v1/contracts/{contract['id']}/accept", {"version": 1})
+    assert accepted.status_code == 200, accepted.text
+    return accepted.json()
+
+
+def declare(api: Api, who: str, *names: str, load: float = 5.0) -> None:
+    for name in names:
+        r = api.post(who, "/v1/tasks", {"name": name, "load": load})
+        assert r.status_code == 201, r.text
+
+
+def test_partial_acceptance_then_commit_moves_host_and_raises_epoch(abc: Api) -> None:
+    ab = active_contract(abc, "A", "B")
+    declare(abc, "A", "q1", "q2", "q3")
+    offer = abc.post(
+        "A",
+        "/v1/offers",
+        {"contract_id": ab["id"], "tasks": ["q1", "q2", "q3"], "price": 0.25, "loads": {"q1": 7.5}},
+    )
+    assert offer.status_code == 201, offer.text
+    assert (offer.json()["from"], offer.json()["to"], offer.json()["status"]) == ("A", "B", "open")
+    assert offer.json()["loads"] == {"q1": 7.5, "q2": 5.0, "q3": 5.0}
+
+    accepted = abc.post(
+        "B", f"/v1/offers/{offer.json()['id']}/accept", {"version": 1, "tasks": ["q2", "q1"]}
+    )
+    assert accepted.status_code == 200, accepted.text
+    body = accepted.json()
+    assert body["status"] == "partially_accepted"
+    assert body["accepted_tasks"] == ["q1", "q2"]
+    assert len(body["movement_ids"]) == 2
+
+    # Prepared is not moved: A still hosts q1 until B commits.
+    lease = abc.get("A", "/v1/tasks/q1/lease").json()
+    assert lease == {"task": "q1", "host": "A", "epoch": 0, "moving": True}
+
+    first = body["movement_ids"][0]
+    stale = abc.post("B", f"/v1/movements/{first}/commit", {"epoch": 0})
+    assert stale.status_code == 409 and stale.json()["field"] == "epoch"
+    by_sender = abc.post("A", f"/v1/movements/{first}/commit", {"epoch": 1})
+    assert by_sender.status_code == 403
+    committed = abc.post("B", f"/v1/movements/{first}/commit", {"epoch": 1})
+    assert committed.status_code == 200, committed.text
+    assert committed.json()["status"] == "committed"
+
+    q1 = abc.get("B", "/v1/tasks/q1").json()
+    assert (q1["host"], q1["owner"], q1["lease_epoch"], q1["price"], q1["contract_id"]) == (
+        "B",
+        "A",
+        1,
+        0.25,
+        ab["id"],
+    )
+    assert q1["load"] == 7.5  # payments charge the load that was sold
+    assert abc.get("A", "/v1/tasks/q3").json()["host"] == "A"
+
+
+def test_one_outstanding_offer_per_participant(abc: Api) -> None:
+    ab = active_contract(abc, "A", "B")
+    ac = active_contract(abc, "A", "C")
+    declare(abc, "A", "q1", "q2")
+    assert (
+        abc.post(
+            "A", "/v1/offers", {"contract_id": ab["id"], "tasks": ["q1"], "price": 0.25}
+        ).status_code
+        == 201
+    )
+    second = abc.post("A", "/v1/offers", {"contract_id": ac["id"], "tasks": ["q2"], "price": 0.25})
+    assert second.status_code == 409
+    assert "one at a time" in second.json()["detail"]
+
+
+def test_only_the_addressee_accepts(abc: Api) -> None:
+    ab = active_contract(abc, "A", "B")
+    declare(abc, "A", "q1")
+    oid = abc.post(
+        "A", "/v1/offers", {"contract_id": ab["id"], "tasks": ["q1"], "price": 0.25}
+    ).json()["id"]
+    assert abc.post("C", f"/v1/offers/{oid}/accept", {"version": 1}).status_code == 404
+    assert abc.get("C", f"/v1/offers/{oid}").status_code == 404
+    assert abc.post("A", f"/v1/offers/{oid}/accept", {"version": 1}).status_code == 403
+    assert abc.get("C", "/v1/offers").json() == []
+    assert abc.get("A", f"/v1/offers/{oid}").json()["status"] == "open"
+
+
+def test_bad_offers_write_nothing(abc: Api, db_url: str) -> None:
+    ab = active_contract(abc, "A", "B")
+    declare(abc, "A", "q1")
+    declare(abc, "B", "b1")
+    before = registry_snapshot(db_url)
+    cases = [
+        ({"contract_id": ab["id"], "tasks": ["q1"], "price": 0.9}, 422, "price"),
+        ({"contract_id": ab["id"], "tasks": ["b1"], "price": 0.25}, 422, "tasks[0]"),
+        ({"contract_id": ab["id"], "tasks": ["nope"], "price": 0.25}, 422, "tasks[0]"),
+        ({"contract_id": ab["id"], "tasks": [], "price": 0.25}, 422, "tasks"),
+        ({"contract_id": 999, "tasks": ["q1"], "price": 0.25}, 404, "id"),
+        (
+            {"contract_id": ab["id"], "tasks": ["q1"], "price": 0.25, "loads": {"b1": 3}},
+            422,
+            "loads.b1",
+        ),
+        (
+            {"contract_id": ab["id"], "tasks": ["q1"], "price": 0.25, "loads": {"q1": -3}},
+            422,
+            "loads.q1",
+        ),
+    ]
+    for body, status, field in cases:
+        r = abc.post("A", "/v1/offers", body)
+        assert (r.status_code, r.json()["field"]) == (status, field), (body, r.text)
+    assert registry_snapshot(db_url) == before
+
+
+def test_chained_moves_pay_each_hop_and_payments_balance(abc: Api, db_url: str) -> None:
+    ab = active_contract(abc, "A", "B")
+    bc = active_contract(abc, "B", "C")
+    declare(abc, "A", "q1", load=10)
+
+    def move(src: str, dst: str, contract: int, price: float) -> None:
+        oid = abc.post(
+            src, "/v1/offers", {"contract_id": contract, "tasks": ["q1"], "price": price}
+        ).json()["id"]
+        mid = abc.post(dst, f"/v1/offers/{oid}/accept", {"version": 1}).json()["movement_ids"][0]
+        epoch = next(m["epoch"] for m in abc.get(dst, "/v1/movements").json() if m["id"] == mid)
+        assert abc.post(dst, f"/v1/movements/{mid}/commit", {"epoch": epoch}).status_code == 200
+
+    move("A", "B", ab["id"], 0.25)
+    move("B", "C", bc["id"], 0.22)
+    assert abc.get("A", "/v1/tasks/q1").json()["host"] == "C"
+    # A's heartbeat charges its shed task's hops: A pays B, and B pays C.
+    assert abc.post("A", "/v1/participants/me/heartbeat", {"load": 0}).status_code == 200
+    ab_ledger = abc.get("A", f"/v1/contracts/{ab['id']}/ledger").json()
+    bc_ledger = abc.get("B", f"/v1/contracts/{bc['id']}/ledger").json()
+    assert ab_ledger["total_paid"] > 0 and bc_ledger["total_paid"] > 0
+    assert {(e["payer"], e["payee"], e["price"]) for e in ab_ledger["entries"]} == {
+        ("A", "B", 0.25)
+    }
+    assert {(e["payer"], e["payee"], e["price"]) for e in bc_ledger["entries"]} == {
+        ("B", "C", 0.22)
+    }
+    for ledger in (ab_ledger, bc_ledger):
+        assert abs(sum(ledger["balances"].values())) < 1e-12
+        for e in ledger["entries"]:
+            assert abs(e["amount"] - e["load"] * e["price"] * e["seconds"]) < 1e-12
+    with unit_of_work(db_url) as session:
+        paid = session.scalar(select(func.sum(LedgerEntry.amount)))
+    assert abs(paid - ab_ledger["total_paid"] - bc_ledger["total_paid"]) < 1e-12
+
+    terminated = abc.post("B", f"/v1/contracts/{bc['id']}/terminate", {"version": 2})
+    assert terminated.status_code == 200
+    assert terminated.json()["settled_amount"] >= bc_ledger["total_paid"]
+
+
+def test_pinned_task_cannot_be_offered(abc: Api) -> None:
+    ab = active_contract(abc, "A", "B")
+    declare(abc, "A", "q1")
+    assert (
+        abc.client.patch(
+            "/v1/tasks/q1", json={"pinned": True}, headers=abc.headers("admin")
+        ).status_code
+        == 200
+    )
+    r = abc.post("A", "/v1/offers", {"contract_id": ab["id"], "tasks": ["q1"], "price": 0.25})
+    assert r.status_code == 409 and "pinned" in r.json()["detail"]
+
+
+def test_abort_leaves_the_old_host(abc: Api) -> None:
+    ab = active_contract(abc, "A", "B")
+    declare(abc, "A", "q1")
+    oid = abc.post(
+        "A", "/v1/offers", {"contract_id": ab["id"], "tasks": ["q1"], "price": 0.25}
+    ).json()["id"]
+    mid = abc.post("B", f"/v1/offers/{oid}/accept", {"version": 1}).json()["movement_ids"][0]
+    assert abc.post("A", f"/v1/movements/{mid}/abort").json()["status"] == "aborted"
+    assert abc.post("B", f"/v1/movements/{mid}/commit", {"epoch": 1}).status_code == 409
+    assert abc.get("A", "/v1/tasks/q1/lease").json() == {
+        "task": "q1",
+        "host": "A",
+        "epoch": 0,
+        "moving": False,
+    }

@@ -1,0 +1,142 @@
+"""Contracts as code: apply is idempotent, and a broken file changes nothing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from app.db.session import unit_of_work
+from app.federation.apply import apply_federation
+from app.federation.document import FederationFileError, load_federation, parse_federation
+from app.models import AuditEntry, Contract, ContractStatus, Participant, Task
+from tests.support.snapshot import registry_snapshot
+
+ROOT = Path(__file__).resolve().parents[3]
+DEMO = ROOT / "contracts" / "borealis-demo.yaml"
+
+
+def test_demo_applies_then_second_apply_changes_nothing(db_url: str) -> None:
+    doc = load_federation(DEMO)
+    with unit_of_work(db_url) as session:
+        first = apply_federation(session, doc, actor="file:demo")
+    assert sorted(first.new_keys) == ["A", "B", "C", "D"]
+    assert "contract A-B: created (id 1)" in first.changes
+    with unit_of_work(db_url) as session:
+        assert session.scalar(select(func.count()).select_from(Participant)) == 4
+        assert session.scalar(select(func.count()).select_from(Task)) == 36
+        contracts = list(session.scalars(select(Contract)))
+        assert len(contracts) == 4
+        assert {c.status for c in contracts} == {ContractStatus.active}
+        cd = next(c for c in contracts if c.replica_hosting)
+        assert (cd.recovery, cd.max_delay_seconds) == ("precise", 3.0)
+    before = registry_snapshot(db_url)
+    with unit_of_work(db_url) as session:
+        second = apply_federation(session, doc, actor="file:demo")
+    assert second.changes == []
+    assert second.new_keys == {}
+    assert registry_snapshot(db_url) == before
+
+
+def test_changed_file_updates_only_what_changed(db_url: str) -> None:
+    text = DEMO.read_text()
+    with unit_of_work(db_url) as session:
+        apply_federation(session, parse_federation(text), actor="file:demo")
+    changed = text.replace(
+        "{between: [A, B], price_min: 0.24, price_max: 0.26",
+        "{between: [A, B], price_min: 0.25, price_max: 0.30",
+    )
+    with unit_of_work(db_url) as session:
+        result = apply_federation(session, parse_federation(changed), actor="file:demo")
+        assert result.changes == ["contract A-B: updated ['price_max', 'price_min']"]
+        ab = session.scalar(select(Contract).where(Contract.id == 1))
+        assert ab is not None and (ab.price_min, ab.price_max, ab.version) == (0.25, 0.30, 2)
+        audited = session.scalar(
+            select(func.count())
+            .select_from(AuditEntry)
+            .where(AuditEntry.action == "contract.applied")
+        )
+        assert audited == 5  # four created, one updated
+
+
+BROKEN = [
+    ("participants:\n  - {name: A, capacity: 1}\n", 1, "federation", "'federation' is a required"),
+    (
+        "federation: x\nparticipants:\n  - {name: A, capacity: -5}\n",
+        3,
+        "participants[0].capacity",
+        "less than or equal to the minimum of 0",
+    ),
+    (
+        "federation: x\nparticipants:\n  - {name: A, capacity: 5}\ncontracts:\n"
+        "  - {between: [A, Q], price_min: 1, price_max: 2}\n",
+        5,
+        "contracts[0].between[1]",
+        "unknown participant 'Q'",
+    ),
+    (
+        "federation: x\nparticipants:\n  - {name: A, capacity: 5}\n  - {name: B, capacity: 5}\n"
+        "contracts:\n  - between: [A, B]\n    price_min: 3\n    price_max: 2\n",
+        8,
+        "contracts[0].price_max",
+        "below price_min",
+    ),
+    (
+        "federation: x\nparticipants:\n  - name: A\n    capacity: 5\n    cost_model:\n"
+        "      kind: piecewise\n      points: [[0, 0], [1, 4], [2, 5]]\n",
+        7,
+        "participants[0].cost_model.points[1]",
+        "not convex",
+    ),
+    ("federation: x\nparticipants: [\n", 3, "(syntax)", "invalid YAML"),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "field", "words"), BROKEN)
+def test_broken_file_names_file_line_and_field(
+    text: str, line: int, field: str, words: str
+) -> None:
+    with pytest.raises(FederationFileError) as info:
+        parse_federation(text, source="broken.yaml")
+    err = info.value
+    assert (err.source, err.line, err.field) == ("broken.yaml", line, field)
+    assert words in err.detail
+    assert str(err).startswith(f"broken.yaml:{line}: {field}: ")
+
+
+def _cli(args: list[str], db_url: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DATABASE_URL": db_url}
+    return subprocess.run(
+        [sys.executable, "-m", "app", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+def test_cli_apply_twice_and_broken_file_changes_nothing(db_url: str, tmp_path: Path) -> None:
+    first = _cli(["contracts", "apply", str(DEMO)], db_url, ROOT)
+    assert first.returncode == 0, first.stderr
+    assert "participant A: created" in first.stdout
+    before = registry_snapshot(db_url)
+    second = _cli(["contracts", "apply", str(DEMO)], db_url, ROOT)
+    assert second.returncode == 0, second.stderr
+    assert "no changes" in second.stdout
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(
+        DEMO.read_text().replace(
+            'capacity: 100, cost_model: {kind: mm1}, profile: {site: "C"}',
+            'capacity: -1, cost_model: {kind: mm1}, profile: {site: "C"}',
+        )
+    )
+    third = _cli(["contracts", "apply", str(broken)], db_url, ROOT)
+    assert third.returncode == 1
+    assert f"{broken}:" in " ".join(third.stdout.split())
+    assert "participants[2].capacity" in third.stdout
+    assert registry_snapshot(db_url) == before

@@ -1,0 +1,58 @@
+"""Check the real components the test suite needs, before pytest starts.
+
+Under ``CI=true`` a missing component is a failure with a clear message, never a silent skip.
+Outside CI the same gaps are only reported, and the tests that need them fail at their fixtures.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+from tests.support.components import postgres_problem, postgres_url
+
+
+def java_problem() -> str | None:
+    java = shutil.which("java")
+    if java is None:
+        return "Java 17+ is not on PATH (Spark 4 needs it): apt-get install openjdk-17-jre-headless"
+    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    try:
+        major = int(out.split('"')[1].split(".")[0])
+    except (IndexError, ValueError):
+        return f"cannot read the Java version from: {out.strip()[:200]}"
+    if major < 17:
+        return f"Java {major} found; Spark 4 needs Java 17+"
+    return None
+
+
+def chromium_problem() -> str | None:
+    if not os.path.exists("/usr/bin/chromium"):
+        return "Debian chromium is missing at /usr/bin/chromium: apt-get install chromium"
+    return None
+
+
+def main() -> int:
+    in_ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    problems = {
+        "PostgreSQL": postgres_problem(postgres_url()),
+        "Java": java_problem(),
+        "Chromium": chromium_problem(),
+    }
+    missing = {name: why for name, why in problems.items() if why}
+    for name, why in missing.items():
+        print(f"prerequisite missing: {name}: {why}", file=sys.stderr)
+    if missing and in_ci:
+        print(
+            "CI=true: these components are required; failing instead of skipping.", file=sys.stderr
+        )
+        return 1
+    if not missing:
+        print("prerequisites: PostgreSQL, Java 17+ and Chromium are present")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

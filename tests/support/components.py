@@ -1,0 +1,31 @@
+"""Where the real components of the test suite live, and whether they answer."""
+
+from __future__ import annotations
+
+import os
+
+import sqlalchemy as sa
+
+DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def postgres_url() -> str:
+    return os.environ.get("FEDLOAD_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)
+
+
+def postgres_problem(url: str) -> str | None:
+    try:
+        engine = sa.create_engine(url, connect_args={"connect_timeout": 5})
+        with engine.connect() as conn:
+            conn.execute(sa.text("select 1"))
+        engine.dispose()
+    except Exception as exc:  # any failure to connect is the same answer: not usable
+        return (
+            f"cannot connect to {url} ({type(exc).__name__}: {str(exc).splitlines()[0]}); start it "
+            "with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
+        )
+    return None
