@@ -1,0 +1,114 @@
+"""A typed REST client for one participant (or the admin), used by agents, the demo and scripts.
+
+Errors come back as ``ApiError`` carrying the service's ``detail`` and ``field``, so an agent can
+tell a lost race (409) from a bug (422).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+
+class ApiError(RuntimeError):
+    def __init__(self, status: int, detail: str, field: str | None) -> None:
+        super().__init__(f"HTTP {status}: {detail}" + (f" (field {field})" if field else ""))
+        self.status, self.detail, self.field = status, detail, field
+
+
+@dataclass
+class FedloadClient:
+    base_url: str
+    api_key: str
+    timeout: float = 10.0
+    transport: httpx.BaseTransport | None = None
+
+    def __post_init__(self) -> None:
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            headers={"Authorization": f"Bearer {self.api_key}"},
+            timeout=self.timeout,
+            transport=self.transport,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _call(self, method: str, path: str, json: Any = None, params: Any = None) -> Any:
+        response = self._http.request(method, path, json=json, params=params)
+        if response.status_code >= 400:
+            try:
+                body = response.json()
+            except ValueError:
+                body = {"detail": response.text, "field": None}
+            raise ApiError(response.status_code, str(body.get("detail")), body.get("field"))
+        return response.json()
+
+    # participants
+    def me(self) -> dict[str, Any]:
+        return dict(self._call("GET", "/v1/participants/me"))
+
+    def heartbeat(self, **report: Any) -> dict[str, Any]:
+        return dict(self._call("POST", "/v1/participants/me/heartbeat", json=report))
+
+    # contracts
+    def contracts(self, status: str | None = None) -> list[dict[str, Any]]:
+        return list(
+            self._call("GET", "/v1/contracts", params={"status": status} if status else None)
+        )
+
+    # tasks
+    def tasks(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/v1/tasks"))
+
+    def lease(self, task: str) -> dict[str, Any]:
+        return dict(self._call("GET", f"/v1/tasks/{task}/lease"))
+
+    # offers
+    def offer(
+        self,
+        contract_id: int,
+        tasks: list[str],
+        price: float,
+        loads: dict[str, float] | None = None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"contract_id": contract_id, "tasks": tasks, "price": price}
+        if loads is not None:
+            body["loads"] = loads
+        return dict(self._call("POST", "/v1/offers", json=body))
+
+    def offers(self, status: str | None = None) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/v1/offers", params={"status": status} if status else None))
+
+    def accept(self, offer_id: int, version: int, tasks: list[str] | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"version": version}
+        if tasks is not None:
+            body["tasks"] = tasks
+        return dict(self._call("POST", f"/v1/offers/{offer_id}/accept", json=body))
+
+    def reject(self, offer_id: int, version: int) -> dict[str, Any]:
+        return dict(self._call("POST", f"/v1/offers/{offer_id}/reject", json={"version": version}))
+
+    def withdraw(self, offer_id: int, version: int) -> dict[str, Any]:
+        return dict(
+            self._call("POST", f"/v1/offers/{offer_id}/withdraw", json={"version": version})
+        )
+
+    # movements
+    def movements(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/v1/movements"))
+
+    def request_movement(self, task: str, to: str, reason: str) -> dict[str, Any]:
+        return dict(
+            self._call("POST", "/v1/movements", json={"task": task, "to": to, "reason": reason})
+        )
+
+    def commit(self, movement_id: int, epoch: int) -> dict[str, Any]:
+        return dict(
+            self._call("POST", f"/v1/movements/{movement_id}/commit", json={"epoch": epoch})
+        )
+
+    def abort(self, movement_id: int) -> dict[str, Any]:
+        return dict(self._call("POST", f"/v1/movements/{movement_id}/abort"))

@@ -1,0 +1,44 @@
+"""/v1/movements: two-phase relocations (prepared, then committed or aborted)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, status
+
+from app.auth.dependencies import CurrentPrincipal, SessionDep
+from app.movements import repository, service
+from app.movements.schemas import MovementCommit, MovementCreate, MovementRead
+
+router = APIRouter(prefix="/v1/movements", tags=["market"])
+
+
+@router.post(
+    "",
+    response_model=MovementRead,
+    response_model_by_alias=True,
+    status_code=status.HTTP_201_CREATED,
+)
+def request(body: MovementCreate, me: CurrentPrincipal, session: SessionDep) -> MovementRead:
+    """Prepare a relocation outside the market: failover, replica switch or reconciliation."""
+    return service.to_read(
+        session, [service.request(session, me, body.task, body.to, body.reason)]
+    )[0]
+
+
+@router.get("", response_model=list[MovementRead], response_model_by_alias=True)
+def list_movements(me: CurrentPrincipal, session: SessionDep) -> list[MovementRead]:
+    """Movements from or to you, newest first (every movement for an admin)."""
+    return service.to_read(session, repository.visible_to(session, me.participant_id))
+
+
+@router.post("/{movement_id}/commit", response_model=MovementRead, response_model_by_alias=True)
+def commit(
+    movement_id: int, body: MovementCommit, me: CurrentPrincipal, session: SessionDep
+) -> MovementRead:
+    """The new host has resumed the task: it becomes the host of record at ``epoch``."""
+    return service.to_read(session, [service.commit(session, me, movement_id, body.epoch)])[0]
+
+
+@router.post("/{movement_id}/abort", response_model=MovementRead, response_model_by_alias=True)
+def abort(movement_id: int, me: CurrentPrincipal, session: SessionDep) -> MovementRead:
+    """Give up a prepared movement; the task stays with its current host."""
+    return service.to_read(session, [service.abort(session, me, movement_id)])[0]

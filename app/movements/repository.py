@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from app.models import Movement, MovementStatus, Task
+
+
+def get(session: Session, movement_id: int, *, for_update: bool = False) -> Movement | None:
+    query = select(Movement).where(Movement.id == movement_id)
+    return session.scalar(query.with_for_update() if for_update else query)
+
+
+def task_for_update(session: Session, task_id: int) -> Task | None:
+    # Serialises every decision about one task on PostgreSQL: at most one movement in flight.
+    return session.scalar(select(Task).where(Task.id == task_id).with_for_update())
+
+
+def prepared_for_task(session: Session, task_id: int) -> Movement | None:
+    return session.scalar(
+        select(Movement).where(
+            Movement.task_id == task_id, Movement.status == MovementStatus.prepared
+        )
+    )
+
+
+def committed_for_task(session: Session, task_id: int) -> list[Movement]:
+    return list(
+        session.scalars(
+            select(Movement)
+            .where(Movement.task_id == task_id, Movement.status == MovementStatus.committed)
+            .order_by(Movement.finished_at, Movement.id)
+        )
+    )
+
+
+def visible_to(session: Session, participant_id: int | None, *, limit: int = 500) -> list[Movement]:
+    query = select(Movement).order_by(Movement.id.desc()).limit(limit)
+    if participant_id is not None:
+        query = query.where(
+            or_(Movement.from_id == participant_id, Movement.to_id == participant_id)
+        )
+    return list(session.scalars(query))

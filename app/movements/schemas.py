@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.models import MovementReason, MovementStatus
+
+
+class MovementCreate(BaseModel):
+    """A relocation outside the market: failover, replica switch, reconciliation, or admin."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: str
+    to: str = Field(description="The participant that will host the task.")
+    reason: MovementReason
+
+
+class MovementCommit(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    epoch: int = Field(description="The lease epoch returned by prepare; fences stale commits.")
+
+
+class MovementRead(BaseModel):
+    id: int
+    task: str
+    src: str = Field(serialization_alias="from")
+    to: str
+    reason: MovementReason
+    status: MovementStatus
+    contract_id: int | None
+    offer_id: int | None
+    price: float | None
+    epoch: int
+    prepared_at: datetime
+    finished_at: datetime | None
+
+    model_config = ConfigDict(populate_by_name=True)
+
+
+class LeaseRead(BaseModel):
+    task: str
+    host: str
+    epoch: int
+    moving: bool

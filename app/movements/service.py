@@ -1,0 +1,251 @@
+"""Two-phase movements: prepare, then commit (by the new host) or abort.
+
+The registry's ``tasks.host_id`` names exactly one host at every instant: prepare changes
+nothing about hosting, commit switches the host and raises the task's lease epoch in one
+transaction. The epoch fences the old host, whose writes carry an older epoch and are refused.
+A prepared movement whose commit never comes (a crash in between) is aborted by
+``abort_stale``, leaving the task with its old host.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.audit import service as audit
+from app.auth.principal import Principal
+from app.db.base import utcnow
+from app.errors import Conflict, Forbidden, InvalidInput, NotFound
+from app.models import (
+    Contract,
+    Movement,
+    MovementReason,
+    MovementStatus,
+    Offer,
+    Participant,
+    ParticipantStatus,
+    Task,
+)
+from app.movements import repository
+from app.movements.payments import accrue_task
+from app.movements.schemas import MovementRead
+from app.participants import repository as participants
+
+# A prepared movement older than this is presumed dead (its target crashed before resuming).
+PREPARE_TIMEOUT = timedelta(seconds=60)
+
+
+def prepare(
+    session: Session,
+    task: Task,
+    target: Participant,
+    *,
+    reason: MovementReason,
+    actor: str,
+    contract: Contract | None = None,
+    price: float | None = None,
+    offer_id: int | None = None,
+) -> Movement:
+    locked = repository.task_for_update(session, task.id)
+    assert locked is not None
+    if locked.pinned and reason in (MovementReason.load, MovementReason.move_back):
+        raise Conflict(
+            f"task {task.name} is pinned by an admin; the market may not move it", field="tasks"
+        )
+    if repository.prepared_for_task(session, task.id) is not None:
+        raise Conflict(f"task {task.name} is already being moved", field="tasks")
+    if target.id == locked.host_id:
+        raise InvalidInput(f"{target.name} already hosts task {task.name}", field="to")
+    if target.status is ParticipantStatus.suspended:
+        raise Conflict(f"{target.name} is suspended and may not take tasks", field="to")
+    movement = Movement(
+        task_id=task.id,
+        from_id=locked.host_id,
+        to_id=target.id,
+        contract_id=contract.id if contract else None,
+        offer_id=offer_id,
+        reason=reason,
+        status=MovementStatus.prepared,
+        price=price,
+        epoch=locked.lease_epoch + 1,
+    )
+    session.add(movement)
+    session.flush()
+    audit.record(
+        session,
+        actor=actor,
+        action="movement.prepared",
+        entity_type="movement",
+        entity_id=movement.id,
+        detail={
+            "task": task.name,
+            "to": target.name,
+            "reason": reason.value,
+            "epoch": movement.epoch,
+        },
+    )
+    return movement
+
+
+def _visible(
+    session: Session, principal: Principal, movement_id: int, *, for_update: bool = False
+) -> Movement:
+    movement = repository.get(session, movement_id, for_update=for_update)
+    if movement is None or (
+        not principal.is_admin
+        and principal.participant_id not in (movement.from_id, movement.to_id)
+    ):
+        raise NotFound(f"movement {movement_id} not found", field="id")
+    return movement
+
+
+def commit(session: Session, principal: Principal, movement_id: int, epoch: int) -> Movement:
+    """The new host reports that it has resumed the task: it becomes the host of record."""
+    movement = _visible(session, principal, movement_id, for_update=True)
+    if not principal.is_admin and principal.participant_id != movement.to_id:
+        raise Forbidden("only the receiving participant commits a movement", field="id")
+    if movement.status is not MovementStatus.prepared:
+        raise Conflict(f"movement {movement.id} is {movement.status.value}", field="status")
+    if epoch != movement.epoch:
+        raise Conflict(
+            f"stale epoch {epoch}: this movement holds epoch {movement.epoch}", field="epoch"
+        )
+    task = repository.task_for_update(session, movement.task_id)
+    assert task is not None
+    now = utcnow()
+    if task.host_id != movement.from_id or task.lease_epoch != movement.epoch - 1:
+        raise Conflict(
+            f"task {task.name} changed host since this movement was prepared", field="id"
+        )
+    accrue_task(session, task, now)
+    if movement.offer_id is not None:
+        # Payments from now on are for the load that was sold, as the offer measured it.
+        offer = session.get(Offer, movement.offer_id)
+        sold = offer.detail.get("loads", {}).get(task.name) if offer is not None else None
+        if sold is not None:
+            task.load = float(sold)
+    task.host_id = movement.to_id
+    task.lease_epoch = movement.epoch
+    task.host_since = now
+    task.contract_id = movement.contract_id if movement.to_id != task.owner_id else None
+    task.price = movement.price if movement.to_id != task.owner_id else None
+    movement.status, movement.finished_at = MovementStatus.committed, now
+    session.flush()
+    audit.record(
+        session,
+        actor=principal.actor,
+        action="movement.committed",
+        entity_type="movement",
+        entity_id=movement.id,
+        detail={"task": task.name, "epoch": movement.epoch},
+    )
+    return movement
+
+
+def abort(
+    session: Session, principal: Principal, movement_id: int, *, why: str = "aborted"
+) -> Movement:
+    movement = _visible(session, principal, movement_id, for_update=True)
+    if movement.status is not MovementStatus.prepared:
+        raise Conflict(f"movement {movement.id} is {movement.status.value}", field="status")
+    movement.status, movement.finished_at = MovementStatus.aborted, utcnow()
+    session.flush()
+    audit.record(
+        session,
+        actor=principal.actor,
+        action="movement.aborted",
+        entity_type="movement",
+        entity_id=movement.id,
+        detail={"why": why},
+    )
+    return movement
+
+
+def abort_stale(session: Session, now: datetime | None = None) -> int:
+    """Abort prepared movements older than the timeout; their tasks keep their old host."""
+    cutoff = (now or utcnow()) - PREPARE_TIMEOUT
+    stale = list(
+        session.scalars(
+            select(Movement).where(
+                Movement.status == MovementStatus.prepared, Movement.prepared_at < cutoff
+            )
+        )
+    )
+    for movement in stale:
+        movement.status, movement.finished_at = MovementStatus.aborted, now or utcnow()
+        audit.record(
+            session,
+            actor="system",
+            action="movement.aborted",
+            entity_type="movement",
+            entity_id=movement.id,
+            detail={"why": "prepare timed out"},
+        )
+    session.flush()
+    return len(stale)
+
+
+def request(
+    session: Session, principal: Principal, task_name: str, to: str, reason: MovementReason
+) -> Movement:
+    """A relocation outside the market (failover, replica switch, reconciliation, admin move).
+
+    Allowed for admins, the task's owner and its current host, and for a target that holds an
+    active replica-hosting contract with the owner: the backup is who notices the failure.
+    """
+    from app.contracts import repository as contracts_repo
+    from app.tasks import repository as tasks_repo
+
+    if reason in (MovementReason.load, MovementReason.move_back):
+        raise InvalidInput("load moves go through offers: POST /v1/offers", field="reason")
+    task = tasks_repo.get_by_name(session, task_name)
+    target = participants.get_by_name(session, to)
+    me = principal.participant_id
+    allowed = task is not None and (
+        principal.is_admin
+        or me in (task.owner_id, task.host_id)
+        or (
+            target is not None
+            and me == target.id
+            and _hosts_replicas_for(contracts_repo.live_between(session, me, task.owner_id))
+        )
+    )
+    if task is None or not allowed:
+        raise NotFound(f"task {task_name!r} not found", field="task")
+    if target is None:
+        raise InvalidInput(f"unknown participant {to!r}", field="to")
+    return prepare(session, task, target, reason=reason, actor=principal.actor)
+
+
+def _hosts_replicas_for(contract: Contract | None) -> bool:
+    return contract is not None and contract.status.value == "active" and contract.replica_hosting
+
+
+def to_read(session: Session, movements: list[Movement]) -> list[MovementRead]:
+    names = participants.names_by_id(
+        session, [m.from_id for m in movements] + [m.to_id for m in movements]
+    )
+    task_names = dict(
+        session.execute(
+            select(Task.id, Task.name).where(Task.id.in_({m.task_id for m in movements}))
+        ).all()
+    )
+    return [
+        MovementRead(
+            id=m.id,
+            task=task_names[m.task_id],
+            src=names[m.from_id],
+            to=names[m.to_id],
+            reason=m.reason,
+            status=m.status,
+            contract_id=m.contract_id,
+            offer_id=m.offer_id,
+            price=m.price,
+            epoch=m.epoch,
+            prepared_at=m.prepared_at,
+            finished_at=m.finished_at,
+        )
+        for m in movements
+    ]

@@ -1,0 +1,61 @@
+"""/v1/offers: BPM offers with partial acceptance. Each participant sees only its own."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Query, status
+
+from app.auth.dependencies import CurrentPrincipal, SessionDep
+from app.models import OfferStatus
+from app.offers import service
+from app.offers.schemas import OfferAccept, OfferCreate, OfferDecision, OfferRead
+
+router = APIRouter(prefix="/v1/offers", tags=["market"])
+
+
+def _one(session: SessionDep, offer: object) -> OfferRead:
+    return service.to_read(session, [offer])[0]  # type: ignore[list-item]
+
+
+@router.post(
+    "", response_model=OfferRead, response_model_by_alias=True, status_code=status.HTTP_201_CREATED
+)
+def create(body: OfferCreate, me: CurrentPrincipal, session: SessionDep) -> OfferRead:
+    """Offer tasks you host to the other party of an active contract, at a price in its range."""
+    return _one(session, service.create(session, me, body))
+
+
+@router.get("", response_model=list[OfferRead], response_model_by_alias=True)
+def list_offers(
+    me: CurrentPrincipal,
+    session: SessionDep,
+    status_: OfferStatus | None = Query(None, alias="status"),
+) -> list[OfferRead]:
+    """Offers you made or received (every offer for an admin)."""
+    return service.to_read(session, service.list_for(session, me, status_))
+
+
+@router.get("/{offer_id}", response_model=OfferRead, response_model_by_alias=True)
+def read(offer_id: int, me: CurrentPrincipal, session: SessionDep) -> OfferRead:
+    return _one(session, service.get_visible(session, me, offer_id))
+
+
+@router.post("/{offer_id}/accept", response_model=OfferRead, response_model_by_alias=True)
+def accept(
+    offer_id: int, body: OfferAccept, me: CurrentPrincipal, session: SessionDep
+) -> OfferRead:
+    """Take all the offered tasks, or the subset named in ``tasks``; prepares their movements."""
+    return _one(session, service.accept(session, me, offer_id, body.version, body.tasks))
+
+
+@router.post("/{offer_id}/reject", response_model=OfferRead, response_model_by_alias=True)
+def reject(
+    offer_id: int, body: OfferDecision, me: CurrentPrincipal, session: SessionDep
+) -> OfferRead:
+    return _one(session, service.reject(session, me, offer_id, body.version))
+
+
+@router.post("/{offer_id}/withdraw", response_model=OfferRead, response_model_by_alias=True)
+def withdraw(
+    offer_id: int, body: OfferDecision, me: CurrentPrincipal, session: SessionDep
+) -> OfferRead:
+    return _one(session, service.withdraw(session, me, offer_id, body.version))

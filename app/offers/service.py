@@ -1,0 +1,256 @@
+"""BPM offers between two parties of an active contract.
+
+A participant offers tasks it hosts to a partner at a price inside the contract's range; the
+partner accepts all of them, a subset (partial acceptance), or none. One offer outstanding per
+participant, and no offer of a task that is already moving (DESIGN.md "Moves"). Accepting
+prepares one two-phase movement per accepted task; the new host commits each after resuming it.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from app.audit import service as audit
+from app.auth.principal import Principal
+from app.contracts import service as contracts
+from app.db.base import utcnow
+from app.errors import Conflict, Forbidden, InvalidInput, NotFound
+from app.models import (
+    ContractStatus,
+    Movement,
+    MovementReason,
+    Offer,
+    OfferStatus,
+    Participant,
+    Task,
+)
+from app.movements import service as movements
+from app.offers.schemas import OfferCreate, OfferRead
+from app.participants import repository as participants
+
+
+def _tasks_by_name(session: Session, names: list[str]) -> dict[str, Task]:
+    return {t.name: t for t in session.scalars(select(Task).where(Task.name.in_(names)))}
+
+
+def create(session: Session, principal: Principal, data: OfferCreate) -> Offer:
+    if principal.participant_id is None:
+        raise InvalidInput("offers are made by participants, not the admin key")
+    me = principal.participant_id
+    contract = contracts.get_visible(session, principal, data.contract_id)
+    if contract.status is not ContractStatus.active:
+        raise Conflict(
+            f"contract {contract.id} is {contract.status.value}, not active", field="contract_id"
+        )
+    if not contract.price_min <= data.price <= contract.price_max:
+        raise InvalidInput(
+            f"price {data.price} is outside the contract's range "
+            f"[{contract.price_min}, {contract.price_max}]",
+            field="price",
+        )
+    if len(set(data.tasks)) != len(data.tasks):
+        raise InvalidInput("a task is listed twice", field="tasks")
+    found = _tasks_by_name(session, data.tasks)
+    for i, name in enumerate(data.tasks):
+        task = found.get(name)
+        if task is None or task.host_id != me:
+            raise InvalidInput(f"you do not host a task named {name!r}", field=f"tasks[{i}]")
+        if task.pinned:
+            raise Conflict(f"task {name} is pinned by an admin", field=f"tasks[{i}]")
+    outstanding = session.scalar(
+        select(Offer).where(Offer.from_id == me, Offer.status == OfferStatus.open)
+    )
+    if outstanding is not None:
+        raise Conflict(
+            f"you already have offer {outstanding.id} outstanding; one at a time",
+            field="contract_id",
+        )
+    in_flight = session.scalar(
+        select(Movement.id).where(
+            Movement.task_id.in_([t.id for t in found.values()]), Movement.status == "prepared"
+        )
+    )
+    if in_flight is not None:
+        raise Conflict("a task of this offer is already being moved", field="tasks")
+    loads = {name: found[name].load for name in data.tasks}
+    for name, load in (data.loads or {}).items():
+        if name not in loads:
+            raise InvalidInput(
+                f"a load is given for {name!r}, which is not offered", field=f"loads.{name}"
+            )
+        if load < 0:
+            raise InvalidInput(f"load {load} is negative", field=f"loads.{name}")
+        loads[name] = load
+    partner = contract.partner_id if contract.proposer_id == me else contract.proposer_id
+    offer = Offer(
+        contract_id=contract.id,
+        from_id=me,
+        to_id=partner,
+        task_ids=[found[n].id for n in data.tasks],
+        accepted_task_ids=[],
+        price=data.price,
+        status=OfferStatus.open,
+        detail={"loads": loads},
+    )
+    session.add(offer)
+    session.flush()
+    audit.record(
+        session,
+        actor=principal.actor,
+        action="offer.created",
+        entity_type="offer",
+        entity_id=offer.id,
+        detail={"tasks": data.tasks, "price": data.price},
+    )
+    return offer
+
+
+def get_visible(
+    session: Session, principal: Principal, offer_id: int, *, for_update: bool = False
+) -> Offer:
+    query = select(Offer).where(Offer.id == offer_id)
+    offer = session.scalar(query.with_for_update() if for_update else query)
+    if offer is None or (
+        not principal.is_admin and principal.participant_id not in (offer.from_id, offer.to_id)
+    ):
+        raise NotFound(f"offer {offer_id} not found", field="id")
+    return offer
+
+
+def _decidable(
+    session: Session, principal: Principal, offer_id: int, version: int, *, by: str
+) -> Offer:
+    offer = get_visible(session, principal, offer_id, for_update=True)
+    expected = offer.to_id if by == "addressee" else offer.from_id
+    if principal.participant_id != expected:
+        raise Forbidden(f"only the offer's {by} may do this", field="id")
+    if offer.version != version:
+        raise Conflict(
+            f"stale version: you sent {version}, the offer is at version {offer.version} "
+            f"(status {offer.status.value})",
+            field="version",
+        )
+    if offer.status is not OfferStatus.open:
+        raise Conflict(f"offer {offer.id} is {offer.status.value}", field="status")
+    return offer
+
+
+def accept(
+    session: Session,
+    principal: Principal,
+    offer_id: int,
+    version: int,
+    task_names: list[str] | None,
+) -> Offer:
+    offer = _decidable(session, principal, offer_id, version, by="addressee")
+    offered = {t.id: t for t in session.scalars(select(Task).where(Task.id.in_(offer.task_ids)))}
+    by_name = {t.name: t for t in offered.values()}
+    chosen = list(offered.values()) if task_names is None else []
+    for i, name in enumerate(task_names or []):
+        if name not in by_name:
+            raise InvalidInput(
+                f"task {name!r} is not part of offer {offer.id}", field=f"tasks[{i}]"
+            )
+        chosen.append(by_name[name])
+    if not chosen:
+        raise InvalidInput("accept at least one task, or reject the offer", field="tasks")
+    contract = contracts.get_visible(session, principal, offer.contract_id)
+    if contract.status is not ContractStatus.active:
+        raise Conflict(f"contract {contract.id} is {contract.status.value}", field="contract_id")
+    target = session.get(Participant, offer.to_id)
+    assert target is not None
+    prepared = [
+        movements.prepare(
+            session,
+            task,
+            target,
+            reason=MovementReason.load,
+            actor=principal.actor,
+            contract=contract,
+            price=offer.price,
+            offer_id=offer.id,
+        )
+        for task in sorted(chosen, key=lambda t: t.name)
+    ]
+    offer.accepted_task_ids = [t.id for t in sorted(chosen, key=lambda t: t.name)]
+    offer.status = (
+        OfferStatus.accepted if len(chosen) == len(offered) else OfferStatus.partially_accepted
+    )
+    offer.decided_at = utcnow()
+    offer.detail = {**offer.detail, "movement_ids": [m.id for m in prepared]}
+    session.flush()
+    audit.record(
+        session,
+        actor=principal.actor,
+        action=f"offer.{offer.status.value}",
+        entity_type="offer",
+        entity_id=offer.id,
+        detail={"tasks": [t.name for t in chosen]},
+    )
+    return offer
+
+
+def reject(session: Session, principal: Principal, offer_id: int, version: int) -> Offer:
+    offer = _decidable(session, principal, offer_id, version, by="addressee")
+    offer.status, offer.decided_at = OfferStatus.rejected, utcnow()
+    session.flush()
+    audit.record(
+        session,
+        actor=principal.actor,
+        action="offer.rejected",
+        entity_type="offer",
+        entity_id=offer.id,
+    )
+    return offer
+
+
+def withdraw(session: Session, principal: Principal, offer_id: int, version: int) -> Offer:
+    offer = _decidable(session, principal, offer_id, version, by="sender")
+    offer.status, offer.decided_at = OfferStatus.withdrawn, utcnow()
+    session.flush()
+    audit.record(
+        session,
+        actor=principal.actor,
+        action="offer.withdrawn",
+        entity_type="offer",
+        entity_id=offer.id,
+    )
+    return offer
+
+
+def list_for(session: Session, principal: Principal, status: OfferStatus | None) -> list[Offer]:
+    query = select(Offer).order_by(Offer.id)
+    if principal.participant_id is not None:
+        query = query.where(
+            or_(Offer.from_id == principal.participant_id, Offer.to_id == principal.participant_id)
+        )
+    if status is not None:
+        query = query.where(Offer.status == status)
+    return list(session.scalars(query))
+
+
+def to_read(session: Session, offers: list[Offer]) -> list[OfferRead]:
+    task_ids = {tid for o in offers for tid in o.task_ids}
+    names = dict(session.execute(select(Task.id, Task.name).where(Task.id.in_(task_ids))).all())
+    people = participants.names_by_id(
+        session, [o.from_id for o in offers] + [o.to_id for o in offers]
+    )
+    return [
+        OfferRead(
+            id=o.id,
+            contract_id=o.contract_id,
+            src=people[o.from_id],
+            to=people[o.to_id],
+            tasks=[names[t] for t in o.task_ids],
+            loads={k: float(v) for k, v in o.detail.get("loads", {}).items()},
+            accepted_tasks=[names[t] for t in o.accepted_task_ids],
+            price=o.price,
+            status=o.status,
+            version=o.version,
+            movement_ids=list(o.detail.get("movement_ids", [])),
+            created_at=o.created_at,
+            decided_at=o.decided_at,
+        )
+        for o in offers
+    ]

@@ -1,0 +1,1 @@
+"""Benchmarks: each topic has a runnable module and a README with its figures."""

@@ -1,0 +1,1 @@
+"""Runtime benchmark: move latency and SUnion/SOutput overhead (see README.md)."""

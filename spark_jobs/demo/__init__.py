@@ -1,0 +1,1 @@
+"""The Borealis load-management demo, live: service, agents, Spark fragments, traffic, report."""

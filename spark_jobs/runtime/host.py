@@ -1,0 +1,294 @@
+"""A host (one participant's Spark) running fragments as streaming queries.
+
+``FragmentRuntime`` owns a checkpoint root and a Flight ``StreamServer``; it starts a fragment as
+``SUnion -> fragment function -> SOutput`` with the fragment's checkpoint under its root, and can
+stop it after its last committed micro-batch, pack the checkpoint, and restore a checkpoint that
+was shipped to its server. Several runtimes may share one SparkSession (tests, the one-process
+demo): the session stays warm, only queries stop and start.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import tarfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+from pyspark.sql.types import StructType
+
+from spark_jobs.runtime.soutput import SOutput
+from spark_jobs.runtime.sunion import SUnionDataSource
+from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient, StreamServer
+
+
+@dataclass(frozen=True)
+class StreamRef:
+    """A stream in some host's output log, addressed over the network."""
+
+    location: str
+    stream: str
+
+
+@dataclass(frozen=True)
+class FragmentSpec:
+    """What a host needs to run a fragment; identical wherever the fragment runs."""
+
+    name: str
+    # The fragment: a pure function of its (unioned) input; bind parameters with partial().
+    build: Callable[[DataFrame], DataFrame]
+    input_schema: StructType
+    inputs: tuple[StreamRef, ...]
+    output: StreamRef
+    bucket_seconds: float = 1.0
+    trigger_seconds: float = 0.5
+    max_buckets_per_batch: int | None = None
+    options: dict[str, str] = field(default_factory=dict)
+
+
+class _BoundaryPublisher(StreamingQueryListener):
+    """Sends each fragment's output BOUNDARY after every micro-batch, so fragments can chain.
+
+    Fragments report windows with ``stime`` = window end, and in append mode a window is emitted
+    in the batch whose watermark reaches its end; every window still in state ends after that
+    watermark. So after batch N, no output row below the watermark of batch N can come any more:
+    the output stream's boundary is the bucket holding that watermark. A fragment without a
+    watermark (stateless) passes stime through, and its boundary is SUnion's end offset.
+    Progress events reach this listener after the batch's SOutput write, in batch order.
+    """
+
+    def __init__(self) -> None:
+        self.outputs: dict[str, tuple[str, str, int, float]] = {}
+        self.errors: list[str] = []
+
+    def onQueryStarted(self, event: Any) -> None:
+        return None
+
+    def onQueryIdle(self, event: Any) -> None:
+        return None
+
+    def onQueryTerminated(self, event: Any) -> None:
+        return None
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = event.progress
+        target = self.outputs.get(str(progress.id))
+        if target is None:
+            return
+        location, stream, epoch, bucket_seconds = target
+        boundary = _output_boundary(progress.eventTime, progress.sources, bucket_seconds)
+        if boundary is None:
+            return
+        try:
+            with StreamClient(location) as client:
+                client.advance(stream, boundary, epoch)
+        except Exception as error:  # a fenced old host, or the log's host is gone: not fatal
+            self.errors.append(f"{stream}: {error}")
+
+
+def _output_boundary(event_time: dict[str, str], sources: Any, bucket_seconds: float) -> int | None:
+    bucket_micros = round(bucket_seconds * 1_000_000)
+    watermark = event_time.get("watermark")
+    if watermark is not None:
+        moment = datetime.fromisoformat(watermark.replace("Z", "+00:00"))
+        micros = round(moment.timestamp() * 1_000_000)
+        return micros // bucket_micros if micros > 0 else None
+    if sources:
+        end = json.loads(sources[0].endOffset or "null")
+        return int(end["bucket"]) if end else None
+    return None
+
+
+@dataclass(frozen=True)
+class FragmentStats:
+    """What an agent needs to price a fragment, from Spark's last progress report."""
+
+    batch_id: int
+    input_rows_per_second: float
+    processed_rows_per_second: float
+    batch_seconds: float
+    state_rows: int
+
+
+@dataclass
+class _Running:
+    spec: FragmentSpec
+    query: StreamingQuery
+    sink: SOutput
+    epoch: int
+
+
+def stop_after_commit(query: StreamingQuery, timeout: float = 30.0) -> None:
+    """Stop a query between micro-batches, so its last batch is committed.
+
+    Spark has no graceful stop; waiting for the trigger to go idle avoids interrupting a batch
+    in the common case. If a batch is cut anyway, its offsets are logged but not committed and
+    the next host re-runs it from the checkpoint; SOutput's dedup on batch id keeps the output
+    exact, so this wait is about speed, not correctness.
+    """
+    deadline = time.monotonic() + timeout
+    while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
+        time.sleep(0.005)
+    query.stop()
+
+
+def pack_directory(directory: Path) -> PackedCheckpoint:
+    buffer = io.BytesIO()
+    # Plain tar: RocksDB's files are already compressed, gzip would cost time for little.
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.add(directory, arcname=".")
+    return PackedCheckpoint.of(buffer.getvalue())
+
+
+def unpack_directory(packed: PackedCheckpoint, directory: Path) -> None:
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(packed.data), mode="r") as tar:
+        tar.extractall(directory, filter="data")
+
+
+class FragmentRuntime:
+    def __init__(
+        self,
+        name: str,
+        spark: SparkSession,
+        checkpoint_root: Path,
+        *,
+        authorize_release: Callable[[str, int], bool] | None = None,
+    ) -> None:
+        """``authorize_release(fragment, movement)`` guards remote release requests: an agent
+        passes a check that the registry holds that movement as prepared from this host."""
+        self.name = name
+        self.spark = spark
+        self.checkpoint_root = Path(checkpoint_root)
+        self.checkpoint_root.mkdir(parents=True, exist_ok=True)
+        self.server = StreamServer()
+        self.server.handler = self
+        self.location = self.server.location
+        self._authorize_release = authorize_release
+        self._running: dict[str, _Running] = {}
+        # Specs of fragments this host ran, so a remote mover can ask it to reinstate one.
+        self._specs: dict[str, FragmentSpec] = {}
+        spark.dataSource.register(SUnionDataSource)
+        self._boundaries = _BoundaryPublisher()
+        spark.streams.addListener(self._boundaries)
+
+    def checkpoint_dir(self, fragment: str) -> Path:
+        return self.checkpoint_root / fragment
+
+    def is_running(self, fragment: str) -> bool:
+        return fragment in self._running and self._running[fragment].query.isActive
+
+    def query(self, fragment: str) -> StreamingQuery:
+        return self._running[fragment].query
+
+    def stats(self, fragment: str) -> FragmentStats | None:
+        """Load of a running fragment (None before its first batch). An agent multiplies the
+        processed rate by its per-tuple cost to get load units."""
+        progress = self._running[fragment].query.lastProgress
+        if progress is None:
+            return None
+        return FragmentStats(
+            batch_id=int(progress["batchId"]),
+            input_rows_per_second=float(progress.get("inputRowsPerSecond") or 0.0),
+            processed_rows_per_second=float(progress.get("processedRowsPerSecond") or 0.0),
+            batch_seconds=progress["durationMs"].get("triggerExecution", 0) / 1000,
+            state_rows=sum(op.get("numRowsTotal", 0) for op in progress.get("stateOperators", [])),
+        )
+
+    def sink(self, fragment: str) -> SOutput:
+        return self._running[fragment].sink
+
+    def start(
+        self, spec: FragmentSpec, *, epoch: int, replay_from: int | None = None
+    ) -> StreamingQuery:
+        """Run the fragment from its checkpoint here (or, with none, from ``replay_from``)."""
+        if self.is_running(spec.name):
+            raise RuntimeError(f"{spec.name} already runs on {self.name}")
+        inputs = [{"location": i.location, "stream": i.stream} for i in spec.inputs]
+        reader = (
+            self.spark.readStream.format(SUnionDataSource.name())
+            .schema(spec.input_schema)
+            .option("inputs", json.dumps(inputs))
+            .option("consumer", spec.name)
+        )
+        if replay_from is not None:
+            reader = reader.option("start_bucket", str(replay_from))
+        if spec.max_buckets_per_batch:
+            reader = reader.option("max_buckets_per_batch", str(spec.max_buckets_per_batch))
+        for key, value in spec.options.items():
+            reader = reader.option(key, value)
+        sink = SOutput(spec.output.location, spec.output.stream, epoch)
+        query = (
+            spec.build(reader.load())
+            .writeStream.queryName(f"{spec.name}@{self.name}")
+            .outputMode("append")
+            .foreachBatch(sink)
+            .option("checkpointLocation", str(self.checkpoint_dir(spec.name)))
+            .trigger(processingTime=f"{int(spec.trigger_seconds * 1000)} milliseconds")
+            .start()
+        )
+        self._boundaries.outputs[str(query.id)] = (
+            spec.output.location,
+            spec.output.stream,
+            epoch,
+            spec.bucket_seconds,
+        )
+        self._running[spec.name] = _Running(spec, query, sink, epoch)
+        self._specs[spec.name] = spec
+        return query
+
+    def stop(self, fragment: str) -> None:
+        running = self._running.pop(fragment, None)
+        if running is not None:
+            stop_after_commit(running.query)
+            self._boundaries.outputs.pop(str(running.query.id), None)
+
+    def pack(self, fragment: str) -> PackedCheckpoint:
+        if self.is_running(fragment):
+            raise RuntimeError(f"stop {fragment} on {self.name} before packing its checkpoint")
+        return pack_directory(self.checkpoint_dir(fragment))
+
+    def restore(self, fragment: str, movement: int) -> None:
+        """Install the checkpoint shipped to this host's server for ``movement``."""
+        packed = self.server.take_checkpoint(fragment, movement)
+        unpack_directory(packed, self.checkpoint_dir(fragment))
+
+    def discard(self, fragment: str) -> None:
+        """Forget a fragment that moved away (its checkpoint now lives at the new host)."""
+        self.stop(fragment)
+        shutil.rmtree(self.checkpoint_dir(fragment), ignore_errors=True)
+
+    # -- HostHandler: what a remote mover may ask of this host --------------------------------
+    def release_for(self, fragment: str, movement: int) -> PackedCheckpoint:
+        if self._authorize_release is not None and not self._authorize_release(fragment, movement):
+            raise PermissionError(
+                f"movement {movement} does not release {fragment} from {self.name}"
+            )
+        self.stop(fragment)
+        return self.pack(fragment)
+
+    def reinstate(self, fragment: str, epoch: int) -> None:
+        # Unknown here means it never ran here: nothing to resume.
+        if fragment in self._specs and not self.is_running(fragment):
+            self.start(self._specs[fragment], epoch=epoch)
+
+    def retire(self, fragment: str) -> None:
+        self.discard(fragment)
+        self._specs.pop(fragment, None)
+
+    def close(self) -> None:
+        for fragment in list(self._running):
+            running = self._running.pop(fragment)
+            if running.query.isActive:
+                running.query.stop()
+        self.spark.streams.removeListener(self._boundaries)
+        self.server.shutdown()

@@ -1,0 +1,447 @@
+"""Streams and checkpoints over Arrow Flight.
+
+Every host runs one ``StreamServer``. It holds the output logs of the streams the host produces
+(upstream backup: a bucket stays until every consumer has acknowledged it) and receives the
+checkpoints shipped to it when a fragment moves in. Participants share no file system, so this is
+the only way data crosses between them, also when both ends happen to be in one process.
+
+Wire protocol (all JSON in tickets, descriptors and action bodies):
+
+- DoGet ``{"op": "read", "stream", "lo", "hi"}``: the rows of buckets [lo, hi), in bucket order.
+- DoPut ``{"op": "append", "stream", "boundary"?, "batch_id"?, "epoch"?}``: append rows (bucketed
+  by their ``stime``); with ``batch_id`` the write is deduplicated (a re-run micro-batch is kept
+  once) and fenced (refused when ``epoch`` is below the stream's fence).
+- DoPut ``{"op": "checkpoint", "fragment", "movement", "sha256", "size"}``: a packed checkpoint
+  in 1 MiB binary chunks; refused unless size and checksum match.
+- Actions ``declare``, ``info``, ``ack``, ``fence``, ``advance`` (a BOUNDARY, fenced by epoch).
+- Host actions, answered by the host's runtime (``HostHandler``): ``release`` (stop a fragment
+  after its last commit and pack its checkpoint, then DoGet ``{"op": "checkpoint"}`` pulls it),
+  ``reinstate`` (run it again after an aborted move), ``retire`` (forget it after a commit).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from spark_jobs.generators.connections import split_buckets
+
+CHUNK_BYTES = 1 << 20
+
+
+class FencedError(RuntimeError):
+    """A write carried a lease epoch older than the stream's fence: the writer is a stale host."""
+
+
+class TransferError(RuntimeError):
+    """A checkpoint transfer was refused (size or checksum mismatch, unknown movement)."""
+
+
+@dataclass
+class _Stream:
+    bucket_micros: int
+    schema: pa.Schema | None = None
+    buckets: dict[int, list[pa.RecordBatch]] = field(default_factory=dict)
+    # Buckets below ``boundary`` are complete: the producer promised no more rows for them.
+    boundary: int | None = None
+    # Buckets below ``first`` were acknowledged by every consumer and dropped.
+    first: int | None = None
+    acks: dict[str, int] = field(default_factory=dict)
+    written: set[int] = field(default_factory=set)
+    fence: int = 0
+
+
+class StreamLog:
+    """The in-memory output logs of one host; thread-safe (Flight serves calls concurrently)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._streams: dict[str, _Stream] = {}
+
+    def declare(self, stream: str, bucket_seconds: float) -> None:
+        with self._lock:
+            self._streams.setdefault(stream, _Stream(round(bucket_seconds * 1_000_000)))
+
+    def _get(self, stream: str) -> _Stream:
+        try:
+            return self._streams[stream]
+        except KeyError:
+            raise KeyError(f"unknown stream {stream!r}") from None
+
+    def append(
+        self,
+        stream: str,
+        table: pa.Table,
+        *,
+        boundary: int | None = None,
+        batch_id: int | None = None,
+        epoch: int | None = None,
+    ) -> bool:
+        """Add rows; returns False when ``batch_id`` was already written (nothing changes)."""
+        with self._lock:
+            s = self._get(stream)
+            if epoch is not None and epoch < s.fence:
+                raise FencedError(f"{stream}: epoch {epoch} is fenced (current fence {s.fence})")
+            if epoch is not None:
+                # The first write of a newer host fences the older ones even if nobody told us.
+                s.fence = max(s.fence, epoch)
+            if batch_id is not None:
+                if batch_id in s.written:
+                    return False
+                s.written.add(batch_id)
+            if s.schema is None and table.num_columns:
+                s.schema = table.schema
+            if table.num_rows:
+                micros = table.column("stime").cast(pa.int64()).to_numpy()
+                keys = micros // s.bucket_micros
+                for bucket in sorted(set(keys.tolist())):
+                    rows = table.filter(pa.array(keys == bucket))
+                    s.buckets.setdefault(int(bucket), []).extend(rows.to_batches())
+                    if s.first is None or bucket < s.first:
+                        s.first = int(bucket)
+            if boundary is not None:
+                s.boundary = boundary if s.boundary is None else max(s.boundary, boundary)
+            return True
+
+    def read(
+        self, stream: str, lo: int, hi: int, *, strict: bool = True
+    ) -> tuple[pa.Schema | None, list[pa.RecordBatch]]:
+        with self._lock:
+            s = self._get(stream)
+            if strict and s.acks and lo < min(s.acks.values()) and lo < hi:
+                # Asking for acknowledged (possibly dropped) data means a consumer lost track
+                # of its offsets; an empty answer would silently lose rows, so fail loudly.
+                raise KeyError(f"{stream}: buckets below {min(s.acks.values())} were acknowledged")
+            out: list[pa.RecordBatch] = []
+            for bucket in sorted(b for b in s.buckets if lo <= b < hi):
+                out.extend(s.buckets[bucket])
+            return s.schema, out
+
+    def info(self, stream: str) -> dict[str, Any]:
+        with self._lock:
+            s = self._get(stream)
+            rows = sum(b.num_rows for batches in s.buckets.values() for b in batches)
+            return {
+                "boundary": s.boundary,
+                "first": s.first,
+                "fence": s.fence,
+                "rows": rows,
+                "written": sorted(s.written),
+                "acks": dict(s.acks),
+            }
+
+    def ack(self, stream: str, consumer: str, bucket: int) -> None:
+        """A consumer has durably processed every bucket below ``bucket``; trim what all did."""
+        with self._lock:
+            s = self._get(stream)
+            s.acks[consumer] = max(s.acks.get(consumer, bucket), bucket)
+            low = min(s.acks.values())
+            for b in [b for b in s.buckets if b < low]:
+                del s.buckets[b]
+
+    def advance(self, stream: str, boundary: int, epoch: int | None = None) -> None:
+        """A BOUNDARY: no more rows below bucket ``boundary``; fenced like a write."""
+        with self._lock:
+            s = self._get(stream)
+            if epoch is not None and epoch < s.fence:
+                raise FencedError(f"{stream}: epoch {epoch} is fenced (current fence {s.fence})")
+            s.boundary = boundary if s.boundary is None else max(s.boundary, boundary)
+
+    def fence(self, stream: str, epoch: int) -> None:
+        with self._lock:
+            s = self._get(stream)
+            s.fence = max(s.fence, epoch)
+
+    def table(self, stream: str) -> pa.Table:
+        """Everything retained for a stream, in bucket order (tests and reports)."""
+        schema, batches = self.read(stream, -(2**62), 2**62, strict=False)
+        if schema is None:
+            return pa.table({})
+        return pa.Table.from_batches(batches, schema=schema)
+
+
+@dataclass(frozen=True)
+class PackedCheckpoint:
+    data: bytes
+    sha256: str
+
+    @classmethod
+    def of(cls, data: bytes) -> PackedCheckpoint:
+        return cls(data, hashlib.sha256(data).hexdigest())
+
+
+class HostHandler(Protocol):
+    """What a host's runtime does when a remote mover asks it to give up a fragment."""
+
+    def release_for(self, fragment: str, movement: int) -> PackedCheckpoint: ...
+
+    def reinstate(self, fragment: str, epoch: int) -> None: ...
+
+    def retire(self, fragment: str) -> None: ...
+
+
+def _chunks(data: bytes) -> list[bytes]:
+    return [data[i : i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)]
+
+
+_CHUNK_SCHEMA = pa.schema([("chunk", pa.binary())])
+
+
+class StreamServer(flight.FlightServerBase):
+    """A host's Flight endpoint: its stream logs and its inbox of shipped checkpoints."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        super().__init__(f"grpc://{host}:{port}")
+        self.log = StreamLog()
+        self._inbox: dict[tuple[str, int], PackedCheckpoint] = {}
+        self._inbox_lock = threading.Lock()
+        # Checkpoints this host released for a movement, until the mover has pulled them.
+        self._outbox: dict[tuple[str, int], PackedCheckpoint] = {}
+        self.handler: HostHandler | None = None
+        self.location = f"grpc://{host}:{self.port}"
+
+    # -- streams -----------------------------------------------------------------------------
+    def do_get(self, context: Any, ticket: flight.Ticket) -> flight.FlightDataStream:
+        request = json.loads(ticket.ticket)
+        if request["op"] == "checkpoint":
+            with self._inbox_lock:
+                packed = self._outbox.pop((request["fragment"], int(request["movement"])), None)
+            if packed is None:
+                raise flight.FlightServerError(f"no released checkpoint for {request}")
+            chunks = pa.array(_chunks(packed.data), pa.binary())
+            return flight.RecordBatchStream(pa.table([chunks], schema=_CHUNK_SCHEMA))
+        if request["op"] != "read":
+            raise flight.FlightServerError(f"unknown DoGet op {request['op']!r}")
+        try:
+            schema, batches = self.log.read(
+                request["stream"], int(request["lo"]), int(request["hi"])
+            )
+        except KeyError as error:
+            raise flight.FlightServerError(str(error)) from error
+        if schema is None:
+            schema = pa.schema([])
+        return flight.RecordBatchStream(pa.Table.from_batches(batches, schema=schema))
+
+    def do_put(
+        self,
+        context: Any,
+        descriptor: flight.FlightDescriptor,
+        reader: flight.MetadataRecordBatchReader,
+        writer: flight.FlightMetadataWriter,
+    ) -> None:
+        request = json.loads(descriptor.command)
+        table = reader.read_all()
+        if request["op"] == "append":
+            try:
+                fresh = self.log.append(
+                    request["stream"],
+                    table,
+                    boundary=request.get("boundary"),
+                    batch_id=request.get("batch_id"),
+                    epoch=request.get("epoch"),
+                )
+            except FencedError as error:
+                raise flight.FlightUnauthorizedError(str(error)) from error
+            writer.write(pa.py_buffer(json.dumps({"fresh": fresh}).encode()))
+        elif request["op"] == "checkpoint":
+            chunks = table.column("chunk").to_pylist() if table.num_rows else []
+            data = b"".join(chunks)
+            digest = hashlib.sha256(data).hexdigest()
+            if len(data) != request["size"] or digest != request["sha256"]:
+                raise flight.FlightServerError(
+                    f"checkpoint of {request['fragment']} refused: got {len(data)} bytes, "
+                    f"sha256 {digest}, expected {request['size']} bytes, {request['sha256']}"
+                )
+            with self._inbox_lock:
+                self._inbox[(request["fragment"], int(request["movement"]))] = PackedCheckpoint(
+                    data, digest
+                )
+        else:
+            raise flight.FlightServerError(f"unknown DoPut op {request['op']!r}")
+
+    def do_action(self, context: Any, action: flight.Action) -> Iterator[bytes]:
+        body = json.loads(action.body.to_pybytes()) if action.body.size else {}
+        kind = action.type
+        result: Any = None
+        if kind == "declare":
+            self.log.declare(body["stream"], float(body["bucket_seconds"]))
+        elif kind == "info":
+            result = self.log.info(body["stream"])
+        elif kind == "ack":
+            self.log.ack(body["stream"], body["consumer"], int(body["bucket"]))
+        elif kind == "fence":
+            self.log.fence(body["stream"], int(body["epoch"]))
+        elif kind == "advance":
+            try:
+                self.log.advance(body["stream"], int(body["boundary"]), body.get("epoch"))
+            except FencedError as error:
+                raise flight.FlightUnauthorizedError(str(error)) from error
+        elif kind in ("release", "reinstate", "retire"):
+            result = self._host_action(kind, body)
+        else:
+            raise flight.FlightServerError(f"unknown action {kind!r}")
+        yield json.dumps(result).encode()
+
+    def _host_action(self, kind: str, body: dict[str, Any]) -> Any:
+        if self.handler is None:
+            raise flight.FlightServerError("this endpoint hosts no fragments")
+        fragment = body["fragment"]
+        try:
+            if kind == "release":
+                movement = int(body["movement"])
+                packed = self.handler.release_for(fragment, movement)
+                with self._inbox_lock:
+                    self._outbox[(fragment, movement)] = packed
+                return {"sha256": packed.sha256, "size": len(packed.data)}
+            if kind == "reinstate":
+                self.handler.reinstate(fragment, int(body["epoch"]))
+            else:
+                self.handler.retire(fragment)
+        except flight.FlightError:
+            raise
+        except Exception as error:
+            raise flight.FlightServerError(f"{kind} {fragment}: {error}") from error
+        return None
+
+    def take_checkpoint(self, fragment: str, movement: int) -> PackedCheckpoint:
+        """The verified checkpoint shipped for this movement (removed from the inbox)."""
+        with self._inbox_lock:
+            try:
+                return self._inbox.pop((fragment, movement))
+            except KeyError:
+                raise TransferError(
+                    f"no verified checkpoint of {fragment} for movement {movement}"
+                ) from None
+
+
+class StreamClient:
+    """Client side of the protocol above; cheap to create, holds one gRPC channel."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        self._client = flight.FlightClient(location)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> StreamClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _action(self, kind: str, **body: Any) -> Any:
+        results = list(self._client.do_action(flight.Action(kind, json.dumps(body).encode())))
+        return json.loads(results[0].body.to_pybytes()) if results else None
+
+    def declare(self, stream: str, bucket_seconds: float) -> None:
+        self._action("declare", stream=stream, bucket_seconds=bucket_seconds)
+
+    def info(self, stream: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._action("info", stream=stream)
+        return result
+
+    def ack(self, stream: str, consumer: str, bucket: int) -> None:
+        self._action("ack", stream=stream, consumer=consumer, bucket=bucket)
+
+    def fence(self, stream: str, epoch: int) -> None:
+        self._action("fence", stream=stream, epoch=epoch)
+
+    def advance(self, stream: str, boundary: int, epoch: int | None = None) -> None:
+        try:
+            self._action("advance", stream=stream, boundary=boundary, epoch=epoch)
+        except flight.FlightUnauthorizedError as error:
+            raise FencedError(str(error)) from error
+
+    def read(self, stream: str, lo: int, hi: int) -> flight.FlightStreamReader:
+        ticket = {"op": "read", "stream": stream, "lo": lo, "hi": hi}
+        return self._client.do_get(flight.Ticket(json.dumps(ticket).encode()))
+
+    def read_table(self, stream: str, lo: int = -(2**62), hi: int = 2**62) -> pa.Table:
+        return self.read(stream, lo, hi).read_all()
+
+    def append(
+        self,
+        stream: str,
+        table: pa.Table,
+        *,
+        boundary: int | None = None,
+        batch_id: int | None = None,
+        epoch: int | None = None,
+    ) -> bool:
+        """Append rows; False when the batch id was already written. FencedError if stale."""
+        command: dict[str, Any] = {"op": "append", "stream": stream}
+        for key, value in (("boundary", boundary), ("batch_id", batch_id), ("epoch", epoch)):
+            if value is not None:
+                command[key] = value
+        descriptor = flight.FlightDescriptor.for_command(json.dumps(command).encode())
+        try:
+            writer, meta = self._client.do_put(descriptor, table.schema)
+            writer.write_table(table)
+            writer.done_writing()
+            answer = meta.read()
+            writer.close()
+        except flight.FlightUnauthorizedError as error:
+            raise FencedError(str(error)) from error
+        return bool(json.loads(answer.to_pybytes())["fresh"]) if answer is not None else True
+
+    def ship_checkpoint(self, fragment: str, movement: int, packed: PackedCheckpoint) -> None:
+        """Push a packed checkpoint; the receiver verifies size and checksum or refuses it."""
+        command = {
+            "op": "checkpoint",
+            "fragment": fragment,
+            "movement": movement,
+            "sha256": packed.sha256,
+            "size": len(packed.data),
+        }
+        descriptor = flight.FlightDescriptor.for_command(json.dumps(command).encode())
+        try:
+            writer, _ = self._client.do_put(descriptor, _CHUNK_SCHEMA)
+            for chunk in _chunks(packed.data):
+                writer.write_batch(pa.record_batch([pa.array([chunk], pa.binary())], _CHUNK_SCHEMA))
+            writer.close()
+        except flight.FlightError as error:
+            raise TransferError(str(error)) from error
+
+    def release(self, fragment: str, movement: int) -> PackedCheckpoint:
+        """Ask the host to stop ``fragment`` after its last commit; pull, verify its checkpoint."""
+        try:
+            announced = self._action("release", fragment=fragment, movement=movement)
+            ticket = {"op": "checkpoint", "fragment": fragment, "movement": movement}
+            table = self._client.do_get(flight.Ticket(json.dumps(ticket).encode())).read_all()
+        except flight.FlightError as error:
+            raise TransferError(str(error)) from error
+        packed = PackedCheckpoint.of(b"".join(table.column("chunk").to_pylist()))
+        if packed.sha256 != announced["sha256"] or len(packed.data) != announced["size"]:
+            raise TransferError(f"checkpoint of {fragment} damaged in transit from {self.location}")
+        return packed
+
+    def reinstate(self, fragment: str, epoch: int) -> None:
+        self._action("reinstate", fragment=fragment, epoch=epoch)
+
+    def retire(self, fragment: str) -> None:
+        self._action("retire", fragment=fragment)
+
+
+def publish(
+    client: StreamClient, stream: str, table: pa.Table, bucket_seconds: float, *, close: bool = True
+) -> int:
+    """Append a table sorted by stime bucket by bucket, each followed by its BOUNDARY.
+
+    Returns the boundary sent last. With ``close`` the final bucket is closed too; otherwise it
+    stays open (a live producer that may still add rows to it).
+    """
+    boundary = client.info(stream)["boundary"]
+    buckets = list(split_buckets(table, bucket_seconds))
+    for index, (bucket, rows) in enumerate(buckets):
+        last = index == len(buckets) - 1
+        boundary = bucket + 1 if (close or not last) else bucket
+        client.append(stream, rows, boundary=boundary)
+    return int(boundary) if boundary is not None else 0

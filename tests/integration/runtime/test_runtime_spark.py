@@ -1,0 +1,238 @@
+"""Fragments as streaming queries on SUnion/SOutput, restarted and moved between hosts.
+
+Every test compares with a reference: the same input through the same fragment on one host
+without restarts or moves. Equal sorted row lists mean nothing lost and nothing duplicated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from spark_jobs.runtime import (
+    FencedError,
+    FragmentRuntime,
+    InMemoryCoordinator,
+    LiveHost,
+    MoveAborted,
+    PackedCheckpoint,
+    RemoteHost,
+    SOutput,
+    StreamRef,
+    publish,
+    relocate,
+)
+from tests.integration.runtime.conftest import BUCKET, GENERATOR, declare, ports_fragment, rows
+
+pytestmark = pytest.mark.spark
+
+SECONDS = 14
+
+
+def reference(make_runtime, servers) -> list[tuple]:
+    declare(servers["source"], "conns-ref").close()
+    declare(servers["home"], "out-ref").close()
+    with declare(servers["source"]) as source:
+        publish(source, "conns-ref", GENERATOR.seconds(0, SECONDS), BUCKET)
+    spec = ports_fragment("ref", servers["source"], "conns-ref", servers["home"], "out-ref")
+    host = make_runtime("R")
+    host.start(spec, epoch=0).processAllAvailable()
+    host.stop("ref")
+    out = rows(servers["home"].log.table("out-ref"))
+    assert out, "the reference must emit windows, or the comparisons prove nothing"
+    return out
+
+
+def test_sunion_query_sees_only_buckets_every_input_closed(spark, servers, make_runtime):
+    left = declare(servers["source"], "left")
+    right = declare(servers["home"], "right", "out")
+    spec = dataclasses.replace(
+        ports_fragment("pass", servers["source"], "left", servers["home"], "out"),
+        build=lambda df: df,  # stateless: what SUnion releases is exactly what comes out
+        inputs=(
+            StreamRef(servers["source"].location, "left"),
+            StreamRef(servers["home"].location, "right"),
+        ),
+    )
+    host = make_runtime("A")
+    try:
+        publish(left, "left", GENERATOR.seconds(0, 6), BUCKET)
+        publish(right, "right", GENERATOR.seconds(0, 3), BUCKET)
+        host.start(spec, epoch=0).processAllAvailable()
+        assert servers["home"].log.info("out")["rows"] == 2 * GENERATOR.seconds(0, 3).num_rows
+        publish(right, "right", GENERATOR.seconds(3, 6), BUCKET)
+        host.query("pass").processAllAvailable()
+        assert servers["home"].log.info("out")["rows"] == 2 * GENERATOR.seconds(0, 6).num_rows
+    finally:
+        host.stop("pass")
+        left.close()
+        right.close()
+
+
+def test_rerun_batch_after_crash_is_written_once(servers, make_runtime):
+    expected = reference(make_runtime, servers)
+    declare(servers["source"], "conns").close()
+    declare(servers["home"], "out").close()
+    spec = ports_fragment("frag", servers["source"], "conns", servers["home"], "out")
+    host = make_runtime("A")
+    with declare(servers["source"]) as source:
+        publish(source, "conns", GENERATOR.seconds(0, 8), BUCKET)
+        host.start(spec, epoch=0).processAllAvailable()
+        stats = host.stats("frag")
+        assert stats is not None and stats.state_rows > 0 and stats.batch_seconds > 0
+        host.stop("frag")
+        # A crash after SOutput wrote batch N but before Spark committed it: drop commits/N.
+        commits = host.checkpoint_dir("frag") / "commits"
+        last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+        (commits / str(last)).unlink()
+        (commits / f".{last}.crc").unlink(missing_ok=True)
+        publish(source, "conns", GENERATOR.seconds(8, SECONDS), BUCKET)
+        host.start(spec, epoch=0).processAllAvailable()
+        assert host.sink("frag").skipped == 1  # batch N ran again, the log kept one copy
+        host.stop("frag")
+    assert rows(servers["home"].log.table("out")) == expected
+
+
+def test_moved_mid_stream_equals_reference_and_old_host_is_fenced(servers, make_runtime):
+    expected = reference(make_runtime, servers)
+    declare(servers["source"], "conns").close()
+    declare(servers["home"], "out").close()
+    spec = ports_fragment("frag", servers["source"], "conns", servers["home"], "out")
+    a, b = make_runtime("A"), make_runtime("B")
+    coordinator = InMemoryCoordinator({"frag": "A"})
+    with declare(servers["source"]) as source:
+        # Second 6 is mid-window ([4, 8)): the moved state holds a half-built port set.
+        publish(source, "conns", GENERATOR.seconds(0, 6), BUCKET)
+        a.start(spec, epoch=0).processAllAvailable()
+        # B pulls from A over Flight, as an agent in another process would (RemoteHost).
+        moved = relocate(spec, RemoteHost("A", a.location), b, coordinator=coordinator)
+        assert coordinator.host("frag") == "B"
+        assert moved.epoch == coordinator.current_epoch("frag") == 1
+        assert moved.checkpoint_bytes > 0
+        assert any(b.checkpoint_dir("frag").rglob("*.sst")), "state travels as RocksDB files"
+        assert not a.is_running("frag") and not a.checkpoint_dir("frag").exists()
+        publish(source, "conns", GENERATOR.seconds(6, SECONDS), BUCKET)
+        b.query("frag").processAllAvailable()
+        b.stop("frag")
+    got = rows(servers["home"].log.table("out"))
+    assert got == expected
+
+    # The old host, still holding epoch 0, cannot append any more.
+    stale = SOutput(servers["home"].location, "out", epoch=0)
+    empty = a.spark.createDataFrame([], "stime timestamp")
+    with pytest.raises(FencedError):
+        stale.write(empty, 10_000)
+    assert rows(servers["home"].log.table("out")) == got
+
+
+@dataclasses.dataclass
+class CorruptInTransit(LiveHost):
+    """Ships bytes that do not match the checksum announced with them."""
+
+    def release(self, fragment):
+        packed = super().release(fragment)
+        return PackedCheckpoint(packed.data[:-1] + b"?", packed.sha256)
+
+
+def test_aborted_move_leaves_source_host_and_output_intact(servers, make_runtime):
+    expected = reference(make_runtime, servers)
+    declare(servers["source"], "conns").close()
+    declare(servers["home"], "out").close()
+    spec = ports_fragment("frag", servers["source"], "conns", servers["home"], "out")
+    a: FragmentRuntime = make_runtime("A")
+    b: FragmentRuntime = make_runtime("B")
+    coordinator = InMemoryCoordinator({"frag": "A"})
+    with declare(servers["source"]) as source:
+        publish(source, "conns", GENERATOR.seconds(0, 6), BUCKET)
+        a.start(spec, epoch=0).processAllAvailable()
+        with pytest.raises(MoveAborted, match="refused"):
+            relocate(spec, CorruptInTransit(a), b, coordinator=coordinator)
+        assert coordinator.host("frag") == "A" and coordinator.current_epoch("frag") == 0
+        assert a.is_running("frag") and not b.is_running("frag")
+        publish(source, "conns", GENERATOR.seconds(6, SECONDS), BUCKET)
+        a.query("frag").processAllAvailable()
+        a.stop("frag")
+    assert rows(servers["home"].log.table("out")) == expected
+
+
+def test_fragments_chain_across_hosts_through_output_boundaries(spark, servers, make_runtime):
+    """(b) on A writes its log on A's own server; (c) on B reads it over Flight through SUnion."""
+    from spark_jobs.fragments import distinct_port_counts, prefix_scanner_counts
+    from spark_jobs.runtime import FragmentSpec
+
+    a, b = make_runtime("A"), make_runtime("B")
+    declare(servers["source"], "conns").close()
+    declare(a.server, "scanners").close()
+    declare(servers["home"], "prefixes").close()
+    ports = dataclasses.replace(
+        ports_fragment("ports", servers["source"], "conns", a.server, "scanners"),
+    )
+    scanners_schema = distinct_port_counts(
+        spark.createDataFrame([], ports.input_schema), window_seconds=4, threshold=3
+    ).schema
+    prefixes = FragmentSpec(
+        name="prefixes",
+        build=lambda df: prefix_scanner_counts(df, window_seconds=4),
+        input_schema=scanners_schema,
+        inputs=(StreamRef(a.location, "scanners"),),
+        output=StreamRef(servers["home"].location, "prefixes"),
+        bucket_seconds=BUCKET,
+        trigger_seconds=0.2,
+    )
+    data = GENERATOR.seconds(0, 24)
+    with declare(servers["source"]) as source:
+        publish(source, "conns", data, BUCKET)
+    qa, qb = a.start(ports, epoch=0), b.start(prefixes, epoch=0)
+    seen, stable = -1, 0
+    for _ in range(40):
+        qa.processAllAvailable()
+        qb.processAllAvailable()
+        count = servers["home"].log.info("prefixes")["rows"]
+        stable = stable + 1 if count == seen else 0
+        seen = count
+        if stable >= 4:
+            break
+    a.stop("ports")
+    b.stop("prefixes")
+
+    got = rows(servers["home"].log.table("prefixes"))
+    assert got and len(got) == len(set(got))
+    static = spark.createDataFrame(data.to_pandas(), ports.input_schema)
+    expected = rows(
+        prefix_scanner_counts(
+            distinct_port_counts(static, window_seconds=4, threshold=3), window_seconds=4
+        ).toArrow()
+    )
+    last = max(r[0] for r in got)
+    assert got == [r for r in expected if r[0] <= last]
+
+
+def test_target_crash_before_resume_leaves_one_host_and_it_resumes_exactly(
+    servers, make_runtime, monkeypatch
+):
+    from spark_jobs.runtime import ResumeFailed
+
+    expected = reference(make_runtime, servers)
+    declare(servers["source"], "conns").close()
+    declare(servers["home"], "out").close()
+    spec = ports_fragment("frag", servers["source"], "conns", servers["home"], "out")
+    a, b = make_runtime("A"), make_runtime("B")
+    coordinator = InMemoryCoordinator({"frag": "A"})
+    with declare(servers["source"]) as source:
+        publish(source, "conns", GENERATOR.seconds(0, 6), BUCKET)
+        a.start(spec, epoch=0).processAllAvailable()
+
+        def dies(*args, **kwargs):
+            raise RuntimeError("target process died")
+
+        monkeypatch.setattr(b, "start", dies)
+        with pytest.raises(ResumeFailed):
+            relocate(spec, LiveHost(a), b, coordinator=coordinator)
+        monkeypatch.undo()
+        # Committed: B is the only host, A is stopped; B's agent restarts from what it restored.
+        assert coordinator.host("frag") == "B" and not a.is_running("frag")
+        publish(source, "conns", GENERATOR.seconds(6, SECONDS), BUCKET)
+        b.start(spec, epoch=coordinator.current_epoch("frag")).processAllAvailable()
+        b.stop("frag")
+    assert rows(servers["home"].log.table("out")) == expected
