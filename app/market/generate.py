@@ -1,0 +1,165 @@
+"""Random federations for what-if sweeps: deterministic for a seed, connected, priced at thresholds.
+
+A generated federation is an ordinary ``FederationDoc``, so a sweep runs exactly the code path a
+contract file does. Parameters follow the Borealis evaluation (Balazinska et al., NSDI 2004, §6):
+contracts per participant, price-range width and load skew decide whether BPM reaches an
+acceptable allocation.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from app.federation.document import (
+    ContractSpec,
+    FederationDoc,
+    ParticipantSpec,
+    SimulationSpec,
+    TaskSpec,
+)
+from app.market.cost_models import MM1Cost
+
+# Contract prices are centred on the marginal cost at this utilisation, so each participant's
+# capacity threshold sits near it (Borealis's demo runs its nodes to about 80%).
+THRESHOLD_UTILISATION = 0.8
+BASE_CAPACITY = 100.0
+
+
+def _check(name: str, ok: bool, what: str) -> None:
+    if not ok:
+        raise ValueError(f"generate_federation: {name} {what}")
+
+
+def _contract_graph(n: int, k: int, rng: np.random.Generator) -> list[tuple[int, int]]:
+    """A random tree (so the graph is connected) topped up until every node has k partners."""
+    edges: set[tuple[int, int]] = set()
+    degree = [0] * n
+    order = rng.permutation(n)
+    for pos in range(1, n):
+        a, b = int(order[pos]), int(order[rng.integers(0, pos)])
+        edges.add((min(a, b), max(a, b)))
+        degree[a] += 1
+        degree[b] += 1
+    target = min(k, n - 1)
+    for a in range(n):
+        # Candidates are drawn without replacement, so the loop ends even on a dense graph.
+        for b in rng.permutation(n):
+            if degree[a] >= target:
+                break
+            b = int(b)
+            edge = (min(a, b), max(a, b))
+            if b == a or edge in edges:
+                continue
+            edges.add(edge)
+            degree[a] += 1
+            degree[b] += 1
+    return sorted(edges)
+
+
+def generate_federation(
+    *,
+    participants: int,
+    contracts_per_participant: int,
+    price_range_width: float,
+    load_skew: float,
+    capacity_spread: float,
+    seed: int,
+    tasks_per_participant: int = 10,
+    overload: float = 0.6,
+    min_move_seconds: float = 30.0,
+    hysteresis_fraction: float = 0.02,
+    duration_seconds: float = 3600.0,
+) -> FederationDoc:
+    """A connected random federation of M/M/1 participants.
+
+    - ``contracts_per_participant`` (k): every participant has at least k contracts (k = 1 gives
+      a random spanning tree, the sparsest connected graph).
+    - ``price_range_width``: each contract's range is its centre +/- width/2, as a fraction of
+      the centre (0 = fixed price, 0.2 = 20%). The centre is the mean of the two parties'
+      marginal costs at ``THRESHOLD_UTILISATION``, so thresholds sit near 80% utilisation.
+    - ``load_skew``: 0 spreads load in proportion to capacity; larger values concentrate it
+      (log-normal weights with this sigma).
+    - ``capacity_spread``: capacities are 100 * (1 + spread) ** U(-1, 1).
+    - ``overload``: total offered load as a fraction of the total threshold load; below 1 the
+      federation is underloaded, above 1 overloaded.
+    """
+    _check("participants", participants >= 2, f"must be at least 2, got {participants}")
+    _check(
+        "contracts_per_participant",
+        contracts_per_participant >= 1,
+        f"must be at least 1, got {contracts_per_participant}",
+    )
+    _check(
+        "price_range_width",
+        0.0 <= price_range_width < 2.0,
+        f"must be in [0, 2), got {price_range_width}",
+    )
+    _check("load_skew", load_skew >= 0.0, f"must be non-negative, got {load_skew}")
+    _check(
+        "capacity_spread", capacity_spread >= 0.0, f"must be non-negative, got {capacity_spread}"
+    )
+    _check(
+        "tasks_per_participant",
+        tasks_per_participant >= 1,
+        f"must be at least 1, got {tasks_per_participant}",
+    )
+    _check("overload", overload > 0.0, f"must be positive, got {overload}")
+
+    rng = np.random.default_rng(seed)
+    width = len(str(participants - 1))
+    names = [f"P{i:0{width}d}" for i in range(participants)]
+    capacities = BASE_CAPACITY * (1.0 + capacity_spread) ** rng.uniform(-1.0, 1.0, participants)
+    models = [MM1Cost(capacity=float(c)) for c in capacities]
+    threshold_mc = [m.derivative(THRESHOLD_UTILISATION * m.capacity) for m in models]
+
+    contracts: list[ContractSpec] = []
+    for a, b in _contract_graph(participants, contracts_per_participant, rng):
+        centre = (threshold_mc[a] + threshold_mc[b]) / 2.0
+        half = centre * price_range_width / 2.0
+        contracts.append(
+            ContractSpec(
+                a=names[a],
+                b=names[b],
+                price_min=round(centre - half, 9),
+                price_max=round(centre + half, 9),
+                min_move_seconds=min_move_seconds,
+            )
+        )
+
+    thresholds = np.array([THRESHOLD_UTILISATION * c for c in capacities])
+    weights = capacities * np.exp(load_skew * rng.standard_normal(participants))
+    total = overload * float(thresholds.sum())
+    loads = total * weights / weights.sum()
+    tasks: list[TaskSpec] = []
+    for i, name in enumerate(names):
+        parts = rng.dirichlet(np.full(tasks_per_participant, 4.0)) * loads[i]
+        for j, part in enumerate(parts):
+            tasks.append(TaskSpec(name=f"{name}.t{j:02d}", owner=name, load=float(part)))
+
+    participants_specs = tuple(
+        ParticipantSpec(name=names[i], capacity=float(capacities[i]), cost_model={"kind": "mm1"})
+        for i in range(participants)
+    )
+    min_price = min(c.price_min for c in contracts) if contracts else 1.0
+    hysteresis = hysteresis_fraction * min_price
+    return FederationDoc(
+        name=f"generated-n{participants}-k{contracts_per_participant}-s{seed}",
+        description=(
+            f"generated: participants={participants} k={contracts_per_participant} "
+            f"width={price_range_width} skew={load_skew} spread={capacity_spread} "
+            f"overload={overload} seed={seed}"
+        ),
+        participants=participants_specs,
+        contracts=tuple(contracts),
+        tasks=tuple(tasks),
+        timeline=(),
+        simulation=SimulationSpec(
+            step_seconds=1.0,
+            offer_interval_seconds=7.0,
+            duration_seconds=duration_seconds,
+            hysteresis=hysteresis if math.isfinite(hysteresis) else 0.0,
+        ),
+        source="<generated>",
+    )
