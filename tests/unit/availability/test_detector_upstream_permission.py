@@ -1,0 +1,112 @@
+"""Failure detector (injected clock), upstream replica choice, reconciliation permission."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.availability import (
+    FailureDetector,
+    NodeState,
+    PeerStatus,
+    ReconciliationPermits,
+    ReplicaView,
+    UpstreamSelector,
+    grant_peer_request,
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_peer_fails_after_three_missed_heartbeats() -> None:
+    clock = Clock()
+    detector = FailureDetector(clock, interval=0.1, misses=3)
+    detector.heard("B")
+    clock.now = 0.05
+    assert detector.status("B") is PeerStatus.ALIVE
+    clock.now = 0.25
+    assert detector.status("B") is PeerStatus.SUSPECT
+    clock.now = 0.30
+    assert not detector.failed("B")
+    clock.now = 0.31
+    assert detector.failed("B")
+    detector.heard("B")
+    assert detector.status("B") is PeerStatus.ALIVE
+
+
+def test_silent_peer_fails_from_the_time_it_was_watched() -> None:
+    clock = Clock()
+    detector = FailureDetector(clock, interval=0.2, misses=2)
+    assert detector.status("R") is PeerStatus.UNKNOWN
+    detector.watch("R")
+    clock.now = 0.39
+    assert detector.status("R") is PeerStatus.UNKNOWN
+    clock.now = 0.41
+    assert detector.failed("R")
+
+
+def test_heartbeats_are_paced_by_the_interval() -> None:
+    clock = Clock()
+    detector = FailureDetector(clock, interval=0.1)
+    assert detector.should_ping("B")
+    clock.now = 0.05
+    assert not detector.should_ping("B")
+    clock.now = 0.1
+    assert detector.should_ping("B")
+
+
+def test_detector_refuses_bad_settings() -> None:
+    with pytest.raises(ValueError, match="misses"):
+        FailureDetector(Clock(), misses=0)
+
+
+def views(**states: NodeState | None) -> list[ReplicaView]:
+    return [ReplicaView(name, state, state is not None) for name, state in states.items()]
+
+
+def test_prefers_stable_then_up_failure_then_stabilization() -> None:
+    s = UpstreamSelector("out", ("B", "R"))
+    assert s.best(views(B=NodeState.STABILIZATION, R=NodeState.UP_FAILURE)) == "R"
+    assert s.best(views(B=NodeState.UP_FAILURE, R=NodeState.STABLE)) == "R"
+    assert s.best(views(B=None, R=NodeState.STABILIZATION)) == "R"
+    assert s.best(views(B=None, R=None)) is None
+
+
+def test_switches_away_and_stays_after_the_heal_with_versions() -> None:
+    s = UpstreamSelector("out", ("B", "R"))
+    first = s.decide(views(B=NodeState.STABLE, R=NodeState.STABLE), 0.0)
+    assert first is not None and first.to_replica == "B" and first.version == 1
+    moved = s.decide(views(B=None, R=NodeState.STABLE), 1.0)
+    assert moved is not None and (moved.from_replica, moved.to_replica, moved.version) == (
+        "B",
+        "R",
+        2,
+    )
+    assert s.decide(views(B=NodeState.STABLE, R=NodeState.STABLE), 2.0) is None
+    assert s.current == "R" and len(s.switches) == 2
+
+
+def test_only_one_replica_of_a_fragment_reconciles_at_a_time() -> None:
+    permits = ReconciliationPermits()
+    assert permits.request("f", "B")
+    assert permits.request("f", "B")
+    assert not permits.request("f", "R")
+    assert permits.request("g", "R")
+    permits.release("f", "R")  # not the holder: no effect
+    assert permits.holder("f") == "B"
+    permits.release("f", "B")
+    assert permits.request("f", "R")
+
+
+def test_peer_rule_never_lets_two_askers_both_go() -> None:
+    for a, b in [("B", "R"), ("R", "B")]:
+        a_grants = grant_peer_request(a, NodeState.UP_FAILURE, True, b)
+        b_grants = grant_peer_request(b, NodeState.UP_FAILURE, True, a)
+        assert a_grants != b_grants
+    assert not grant_peer_request("B", NodeState.STABILIZATION, False, "R")
+    assert grant_peer_request("B", NodeState.STABLE, False, "R")
