@@ -37,3 +37,17 @@ def recent(
     if entity_type is not None:
         query = query.where(AuditEntry.entity_type == entity_type)
     return list(session.scalars(query))
+
+
+def for_entity(
+    session: Session, entity_type: str, entity_id: int, *, limit: int = 100
+) -> list[AuditEntry]:
+    """The newest audit entries about one entity."""
+    return list(
+        session.scalars(
+            select(AuditEntry)
+            .where(AuditEntry.entity_type == entity_type, AuditEntry.entity_id == entity_id)
+            .order_by(AuditEntry.id.desc())
+            .limit(limit)
+        )
+    )

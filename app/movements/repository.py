@@ -41,3 +41,10 @@ def visible_to(session: Session, participant_id: int | None, *, limit: int = 500
             or_(Movement.from_id == participant_id, Movement.to_id == participant_id)
         )
     return list(session.scalars(query))
+
+
+def for_task(session: Session, task_id: int) -> list[Movement]:
+    """Every movement of one task in any status, oldest first (a task's history)."""
+    return list(
+        session.scalars(select(Movement).where(Movement.task_id == task_id).order_by(Movement.id))
+    )

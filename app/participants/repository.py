@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.models import Participant
+from app.models import Participant, ParticipantSample
 
 
 def get_by_key_hash(session: Session, key_hash: str) -> Participant | None:
@@ -35,3 +35,29 @@ def names_by_id(session: Session, ids: Iterable[int]) -> dict[int, str]:
         select(Participant.id, Participant.name).where(Participant.id.in_(wanted))
     )
     return {pid: name for pid, name in rows}
+
+
+def latest_samples(session: Session) -> dict[int, ParticipantSample]:
+    """Each participant's most recent load sample (for the admin overview)."""
+    newest = (
+        select(ParticipantSample.participant_id, func.max(ParticipantSample.id).label("id"))
+        .group_by(ParticipantSample.participant_id)
+        .subquery()
+    )
+    rows = session.scalars(
+        select(ParticipantSample).join(newest, ParticipantSample.id == newest.c.id)
+    )
+    return {s.participant_id: s for s in rows}
+
+
+def recent_samples(
+    session: Session, participant_id: int, *, limit: int = 300
+) -> list[ParticipantSample]:
+    """A participant's latest ``limit`` load samples, oldest first (for charts)."""
+    rows = session.scalars(
+        select(ParticipantSample)
+        .where(ParticipantSample.participant_id == participant_id)
+        .order_by(ParticipantSample.id.desc())
+        .limit(limit)
+    )
+    return list(reversed(list(rows)))

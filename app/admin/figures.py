@@ -1,0 +1,131 @@
+"""The admin pages' charts, built from read models (the drawing itself is in charts.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from markupsafe import Markup
+
+from app.admin.charts import (
+    Band,
+    Chart,
+    GraphEdge,
+    Series,
+    TimelineMark,
+    contract_graph,
+    line_chart,
+    timeline,
+)
+from app.admin.readmodels import ParticipantDetail
+from app.admin.rendering import fmt_clock
+from app.contracts.schemas import ContractRead
+from app.models import ContractStatus, MovementReason
+from app.movements.schemas import MovementRead
+
+# Price ranges read best with a real en dash, as in print.
+EN_DASH = "\u2013"
+
+
+def load_chart(detail: ParticipantDetail) -> Markup:
+    samples = detail.samples
+    series = [Series("load", [(s.at.timestamp(), s.load) for s in samples], "s-load")]
+    thresholds = [(s.at.timestamp(), s.threshold) for s in samples if s.threshold is not None]
+    if thresholds:
+        series.append(Series("threshold", thresholds, "s-threshold"))
+    return line_chart(
+        Chart(
+            title=f"{detail.participant.name}: load over time",
+            series=series,
+            x_label="time (UTC)",
+            y_label="load units",
+            x_format=fmt_clock,
+        )
+    )
+
+
+def mc_chart(detail: ParticipantDetail) -> Markup:
+    points = [
+        (s.at.timestamp(), s.marginal_cost) for s in detail.samples if s.marginal_cost is not None
+    ]
+    return line_chart(
+        Chart(
+            title=f"{detail.participant.name}: marginal cost over time",
+            series=[Series("marginal cost", points, "s-mc")],
+            x_label="time (UTC)",
+            y_label="per unit load",
+            x_format=fmt_clock,
+        )
+    )
+
+
+def cost_curve(detail: ParticipantDetail) -> Markup:
+    name = detail.participant.name
+    bands = [
+        Band(
+            f"#{c.id} {c.partner if c.proposer == name else c.proposer}: "
+            f"{c.price_min:g}{EN_DASH}{c.price_max:g}",
+            c.price_min,
+            c.price_max,
+        )
+        for c in detail.contracts
+        if c.status is ContractStatus.active
+    ]
+    load = detail.row.load
+    return line_chart(
+        Chart(
+            title=f"{name}: marginal cost curve with contract prices",
+            series=[
+                Series(
+                    "marginal cost MC(load)",
+                    [(p.load, p.marginal_cost) for p in detail.curve],
+                    "s-mc",
+                )
+            ],
+            bands=bands,
+            x_label="load units",
+            y_label="per unit load",
+            x_marker=(load, f"now {load:.1f}") if load is not None else None,
+        )
+    )
+
+
+def _edge_css(status: ContractStatus) -> str:
+    if status is ContractStatus.active:
+        return "edge-active"
+    if status in (ContractStatus.proposed, ContractStatus.countered):
+        return "edge-negotiating"
+    return "edge-ended"
+
+
+def graph(root: str, names: Sequence[str], contracts: Sequence[ContractRead]) -> Markup:
+    # Ended contracts would clutter the picture; they remain in the table below it.
+    shown = [c for c in contracts if _edge_css(c.status) != "edge-ended"]
+    edges = [
+        GraphEdge(
+            c.proposer,
+            c.partner,
+            f"{c.price_min:g}{EN_DASH}{c.price_max:g}"
+            + ("" if c.status is ContractStatus.active else f" ({c.status.value})"),
+            _edge_css(c.status),
+            f"{root}/contracts/{c.id}",
+        )
+        for c in shown
+    ]
+    return contract_graph(names, edges, lambda n: f"{root}/participants/{n}")
+
+
+LANES = [r.value for r in MovementReason]
+
+
+def moves_timeline(root: str, moves: Sequence[MovementRead]) -> Markup:
+    marks = [
+        TimelineMark(
+            at=(m.finished_at or m.prepared_at).timestamp(),
+            lane=m.reason.value,
+            label=f"#{m.id} {m.task}: {m.src} → {m.to} ({m.status.value})",
+            css=f"mark-{m.status.value}",
+            href=f"{root}/tasks/{m.task}",
+        )
+        for m in moves
+    ]
+    return timeline(marks, LANES, fmt_clock)

@@ -1,0 +1,277 @@
+"""What each admin page shows, assembled from the repositories and services. Read-only.
+
+Nothing here writes: a page polled every two seconds must not touch the registry (liveness is
+computed for display with the same pure rule the API uses, instead of being stored).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy.orm import Session
+
+from app.admin.acceptability import LoadPoint, Verdict, verdict
+from app.agent.bpm_decisions import BpmDecisions
+from app.agent.decisions import ContractView
+from app.audit import service as audit
+from app.auth.principal import ADMIN
+from app.contracts import repository as contracts_repo
+from app.contracts import service as contracts
+from app.contracts.schemas import ContractEventRead, ContractRead, LedgerRead
+from app.errors import NotFound
+from app.market.cost_models import CostModelError, build_cost_model, marginal_cost
+from app.models import AuditEntry, Contract, ContractStatus, Participant, ParticipantSample
+from app.movements import repository as movements_repo
+from app.movements import service as movements
+from app.movements.schemas import MovementRead
+from app.participants import repository as participants
+from app.participants.liveness import liveness
+from app.settings import Settings
+from app.tasks import repository as tasks_repo
+from app.tasks import service as tasks
+from app.tasks.schemas import TaskRead
+
+
+@dataclass(frozen=True)
+class ParticipantRow:
+    id: int
+    name: str
+    status: str
+    liveness: str
+    capacity: float
+    load: float | None
+    # "reported" when the agent sent it, "hosted tasks" when summed from the registry.
+    load_source: str
+    threshold: float
+    marginal_cost: float | None
+    node_state: str | None
+    sampled_at: datetime | None
+    active_contracts: int
+    hosted_tasks: int
+
+
+@dataclass(frozen=True)
+class Overview:
+    rows: list[ParticipantRow]
+    verdict: Verdict
+    tasks: int
+
+
+def _decisions(participant: Participant) -> BpmDecisions | None:
+    try:
+        return BpmDecisions.for_model(participant.cost_model, participant.capacity, 0.0)
+    except CostModelError:
+        return None
+
+
+def _views(participant: Participant, contracts_: list[Contract]) -> list[ContractView]:
+    return [
+        ContractView(
+            id=c.id,
+            partner=str(c.partner_id if c.proposer_id == participant.id else c.proposer_id),
+            price_min=c.price_min,
+            price_max=c.price_max,
+            min_move_seconds=c.min_move_seconds,
+        )
+        for c in contracts_
+        if c.status is ContractStatus.active and participant.id in c.parties()
+    ]
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _row(
+    participant: Participant,
+    sample: ParticipantSample | None,
+    active: list[Contract],
+    hosted: list[TaskRead],
+    settings: Settings,
+    now: datetime,
+) -> ParticipantRow:
+    decisions = _decisions(participant)
+    hosted_load = sum(t.load for t in hosted)
+    load = sample.load if sample is not None else hosted_load
+    if sample is not None and sample.threshold is not None:
+        threshold = sample.threshold
+    elif decisions is not None:
+        # The agent's own rule: where its marginal cost meets its contracts' prices.
+        threshold = decisions.threshold(_views(participant, active))
+    else:
+        threshold = participant.capacity
+    if sample is not None and sample.marginal_cost is not None:
+        mc: float | None = sample.marginal_cost
+    else:
+        mc = _finite(decisions.marginal_cost(load)) if decisions is not None else None
+    return ParticipantRow(
+        id=participant.id,
+        name=participant.name,
+        status=participant.status.value,
+        liveness=liveness(
+            participant.last_heartbeat_at,
+            now,
+            interval_seconds=settings.heartbeat_interval_seconds,
+            misses=settings.heartbeat_misses,
+        ),
+        capacity=participant.capacity,
+        load=load,
+        load_source="reported" if sample is not None else "hosted tasks",
+        threshold=threshold,
+        marginal_cost=mc,
+        node_state=sample.node_state if sample is not None else None,
+        sampled_at=sample.at if sample is not None else None,
+        active_contracts=sum(1 for c in active if participant.id in c.parties()),
+        hosted_tasks=len(hosted),
+    )
+
+
+def overview(session: Session, settings: Settings, now: datetime | None = None) -> Overview:
+    now = now or datetime.now(UTC)
+    people = participants.all_participants(session)
+    samples = participants.latest_samples(session)
+    active = contracts_repo.for_participant(session, None, status=ContractStatus.active)
+    all_tasks = tasks.to_read(session, tasks_repo.visible_to(session, None))
+    hosted: dict[str, list[TaskRead]] = {p.name: [] for p in people}
+    for t in all_tasks:
+        hosted.setdefault(t.host, []).append(t)
+    rows = [_row(p, samples.get(p.id), active, hosted[p.name], settings, now) for p in people]
+    points = [LoadPoint(r.name, r.load or 0.0, r.threshold) for r in rows if r.status == "active"]
+    return Overview(rows=rows, verdict=verdict(points), tasks=len(all_tasks))
+
+
+def participant_names(session: Session) -> list[str]:
+    return [p.name for p in participants.all_participants(session)]
+
+
+def allocation(session: Session, participant: str | None) -> list[TaskRead]:
+    if participant:
+        found = participants.get_by_name(session, participant)
+        if found is None:
+            raise NotFound(f"participant {participant!r} not found", field="participant")
+        return tasks.to_read(session, tasks_repo.visible_to(session, found.id))
+    return tasks.to_read(session, tasks_repo.visible_to(session, None))
+
+
+@dataclass(frozen=True)
+class TaskDetail:
+    task: TaskRead
+    moves: list[MovementRead]
+    audit: list[AuditEntry]
+
+
+def task_detail(session: Session, name: str) -> TaskDetail:
+    task = tasks.get_visible(session, ADMIN, name)
+    moves = movements.to_read(session, movements_repo.for_task(session, task.id))
+    return TaskDetail(
+        task=tasks.to_read(session, [task])[0],
+        moves=moves,
+        audit=audit.for_entity(session, "task", task.id),
+    )
+
+
+def contract_list(session: Session) -> list[ContractRead]:
+    return [contracts.to_read(session, c) for c in contracts_repo.for_participant(session, None)]
+
+
+@dataclass(frozen=True)
+class ContractDetail:
+    contract: ContractRead
+    history: list[ContractEventRead]
+    ledger: LedgerRead
+    tasks: list[TaskRead]
+
+
+def contract_detail(session: Session, contract_id: int) -> ContractDetail:
+    contract = contracts.get_visible(session, ADMIN, contract_id)
+    under = [t for t in tasks_repo.visible_to(session, None) if t.contract_id == contract.id]
+    return ContractDetail(
+        contract=contracts.to_read(session, contract),
+        history=contracts.history(session, ADMIN, contract_id),
+        ledger=contracts.ledger(session, ADMIN, contract_id),
+        tasks=tasks.to_read(session, under),
+    )
+
+
+def movement_list(session: Session, limit: int = 300) -> list[MovementRead]:
+    return movements.to_read(session, movements_repo.visible_to(session, None, limit=limit))
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    load: float
+    marginal_cost: float
+
+
+@dataclass(frozen=True)
+class ParticipantDetail:
+    row: ParticipantRow
+    participant: Participant
+    samples: list[ParticipantSample]
+    owned: list[TaskRead]
+    hosted: list[TaskRead]
+    contracts: list[ContractRead]
+    replica_partners: list[ContractRead]
+    curve: list[CurvePoint]
+    audit: list[AuditEntry]
+
+
+def _mc_curve(participant: Participant, top_price: float) -> list[CurvePoint]:
+    """The marginal-cost curve up to where it is well past every contract price."""
+    try:
+        model = build_cost_model(participant.cost_model, participant.capacity)
+    except CostModelError:
+        return []
+    limit = participant.capacity * 0.99
+    points: list[CurvePoint] = []
+    for i in range(81):
+        load = limit * i / 80
+        mc = marginal_cost(model, load, 0.0)
+        if not math.isfinite(mc):
+            break
+        points.append(CurvePoint(load, mc))
+        # Past four times the dearest price the curve only squashes the part that matters.
+        if top_price > 0 and mc > 4 * top_price:
+            break
+    return points
+
+
+def participant_detail(
+    session: Session, settings: Settings, name: str, now: datetime | None = None
+) -> ParticipantDetail:
+    now = now or datetime.now(UTC)
+    participant = participants.get_by_name(session, name)
+    if participant is None:
+        raise NotFound(f"participant {name!r} not found", field="name")
+    mine = contracts_repo.for_participant(session, participant.id)
+    active = [c for c in mine if c.status is ContractStatus.active]
+    visible = tasks.to_read(session, tasks_repo.visible_to(session, participant.id))
+    hosted = [t for t in visible if t.host == name]
+    samples = participants.recent_samples(session, participant.id)
+    row = _row(participant, samples[-1] if samples else None, active, hosted, settings, now)
+    reads = [contracts.to_read(session, c) for c in mine]
+    top_price = max((c.price_max for c in active), default=0.0)
+    return ParticipantDetail(
+        row=row,
+        participant=participant,
+        samples=samples,
+        owned=[t for t in visible if t.owner == name],
+        hosted=hosted,
+        contracts=reads,
+        replica_partners=[
+            c for c in reads if c.status is ContractStatus.active and c.availability is not None
+        ],
+        curve=_mc_curve(participant, top_price),
+        audit=audit.for_entity(session, "participant", participant.id),
+    )
+
+
+def audit_log(session: Session, limit: int = 200) -> list[AuditEntry]:
+    return audit.recent(session, limit=limit)
+
+
+def reason_counts(moves: list[MovementRead]) -> Counter[str]:
+    return Counter(m.reason.value for m in moves)
