@@ -1,0 +1,392 @@
+"""The large-federation round algorithm, in pure NumPy: the reference for the Spark job.
+
+A planner's "100,000 participants" question does not fit the per-task simulator, so the what-if
+job runs a coarser, synchronous form of the Bounded-Price Mechanism in rounds (one round = one
+offer interval). ``spark_jobs/whatif/large.py`` runs exactly these steps as DataFrame joins and
+window functions; this module is the same algorithm on arrays, used to check it on small inputs.
+
+Model (stated here once; both implementations follow it to the float operation):
+
+- Load is a count of unit-size tasks per participant (1 unit = 1 load unit); every participant has
+  the Borealis M/M/1 cost D(L) = s L / (C - L), infinite at L >= C. The cost of the L-th unit is
+  u(L) = D(L) - D(L-1) = s C / ((C - L)(C - L + 1)), increasing in L.
+- A contract (i, j) has a price range [p_min, p_max] per unit load per unit time. Its price in a
+  round is negotiated as the midpoint of the two sides' reservation prices for one unit, i.e. the
+  giver's saving u_i(n_i) and the taker's cost u_j(n_j + 1), clipped to the range.
+- Giver i on contract (i, j) at price p offers every unit whose removal saves more than p + delta
+  (delta is the hysteresis band): it keeps K_i(p + delta) units, the largest L with u_i(L) <= q,
+  which solves (C - L)(C - L + 1) >= s C / q in closed form. Taker j accepts while each added unit
+  costs less than p - delta: up to F_j(p - delta) units, the largest L with u_j(L) < q.
+- One round: (1) every contract with something to offer and room to take is a candidate, judged
+  on the loads at the start of the round; (2) a participant with a candidate is a giver and does
+  not take load in the same round (one offer outstanding, no accepting while shedding); (3) each
+  giver offers to its cheapest partner that is not itself a giver (ties: lowest partner id);
+  (4) each taker accepts offers in order of price, highest first (ties: lowest giver id), each
+  while its own load stays within F_j at that offer's price (partial acceptance). Because F_j falls
+  with the price, the accepted total after the k-th offer is max(0, max over l <= k of
+  min(offered up to l, F_j(p_l - delta) - n_j)), a running maximum, which is what lets Spark
+  compute acceptance with window functions. (5) Loads move; the next round starts.
+- Threshold T_i: the largest integer load whose unit cost is at most p*_i + delta, where p*_i is
+  the mean midpoint of i's contracts (a participant without contracts: the largest load below its
+  capacity). Acceptable (DESIGN.md): every participant at or below T_i when the total load fits
+  under the total of thresholds, otherwise every participant at or above it.
+- Individual rationality holds per unit: a giver pays p only for units saving more than p + delta,
+  a taker is paid p only for units costing less than p - delta.
+
+Known simplification: payments are reported as the price-weighted volume of each round's moves
+(units x price, per second of hosting), not accrued over time as the per-task simulator does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+# Contracts of the generated federations are priced like the Borealis demo: 0.25 per unit puts an
+# M/M/1 participant's threshold at 80% utilisation.
+BASE_PRICE = 0.25
+
+
+class LargeFederationError(ValueError):
+    """A large-federation specification that cannot be generated; ``field`` names the option."""
+
+    def __init__(self, field: str, detail: str) -> None:
+        super().__init__(f"{field}: {detail}")
+        self.field, self.detail = field, detail
+
+
+@dataclass(frozen=True)
+class LargeFederation:
+    """Participants 0..n-1 and undirected contracts (a[e], b[e]) with price ranges."""
+
+    capacity: FloatArray
+    scale: FloatArray
+    load: IntArray
+    edge_a: IntArray
+    edge_b: IntArray
+    price_min: FloatArray
+    price_max: FloatArray
+    hysteresis: float = 0.005
+
+    @property
+    def size(self) -> int:
+        return int(self.capacity.shape[0])
+
+    def directed(self) -> tuple[IntArray, IntArray, FloatArray, FloatArray]:
+        """Both directions of every contract: (giver, taker, price_min, price_max)."""
+        giver = np.concatenate([self.edge_a, self.edge_b])
+        taker = np.concatenate([self.edge_b, self.edge_a])
+        return (
+            giver,
+            taker,
+            np.concatenate([self.price_min, self.price_min]),
+            np.concatenate([self.price_max, self.price_max]),
+        )
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    round: int
+    offers: int
+    moves: int
+    units_moved: int
+    payment_volume: float
+    cost: float
+    above_threshold: int
+    acceptable: bool
+
+
+@dataclass(frozen=True)
+class RoundsResult:
+    thresholds: IntArray
+    final_load: IntArray
+    rounds: tuple[RoundRecord, ...]
+    # loads[r] is the load vector after round r (loads[0] is the start); kept only when asked.
+    loads: tuple[IntArray, ...] = field(default=())
+    initial_cost: float = 0.0
+    initial_acceptable: bool = False
+
+    @property
+    def acceptable(self) -> bool:
+        return self.rounds[-1].acceptable if self.rounds else self.initial_acceptable
+
+    @property
+    def rounds_to_acceptable(self) -> int | None:
+        if self.initial_acceptable:
+            return 0
+        for record in self.rounds:
+            if record.acceptable:
+                return record.round
+        return None
+
+
+# --- the cost arithmetic, written operation for operation as the Spark job writes it ------------
+
+
+def unit_cost(capacity: FloatArray, scale: FloatArray, level: FloatArray) -> FloatArray:
+    """u(L) = s C / ((C - L)(C - L + 1)); infinite at or past capacity."""
+    room = capacity - level
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = scale * capacity / (room * (room + 1.0))
+    return np.where(room > 0, value, np.inf)
+
+
+def _root(capacity: FloatArray, scale: FloatArray, price: FloatArray) -> FloatArray:
+    """x* = (-1 + sqrt(1 + 4 s C / q)) / 2: u(C - x) <= q exactly when x >= x*."""
+    return (-1.0 + np.sqrt(1.0 + 4.0 * scale * capacity / price)) / 2.0
+
+
+def keep_level(capacity: FloatArray, scale: FloatArray, price: FloatArray) -> IntArray:
+    """Largest L >= 0 with u(L) <= price (price > 0): what a giver keeps."""
+    return np.maximum(np.floor(capacity - _root(capacity, scale, price)), 0.0).astype(np.int64)
+
+
+def fill_level(capacity: FloatArray, scale: FloatArray, price: FloatArray) -> IntArray:
+    """Largest L with u(L) < price: how far a taker fills; -1 when price <= 0 (takes nothing)."""
+    safe = np.where(price > 0, price, 1.0)
+    level = np.ceil(capacity - _root(capacity, scale, safe)) - 1.0
+    return np.where(price > 0, level, -1.0).astype(np.int64)
+
+
+def mm1_cost(capacity: FloatArray, scale: FloatArray, load: FloatArray) -> FloatArray:
+    room = capacity - load
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = scale * load / room
+    return np.where(room > 0, value, np.inf)
+
+
+def threshold_prices(fed: LargeFederation) -> FloatArray:
+    """p*_i: the mean midpoint of participant i's contracts (NaN without contracts)."""
+    giver, _, pmin, pmax = fed.directed()
+    total = np.bincount(giver, weights=(pmin + pmax) / 2.0, minlength=fed.size)
+    count = np.bincount(giver, minlength=fed.size)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def thresholds(fed: LargeFederation) -> IntArray:
+    price = threshold_prices(fed)
+    has = ~np.isnan(price)
+    level = keep_level(fed.capacity, fed.scale, np.where(has, price, 1.0) + fed.hysteresis)
+    below_capacity = (np.ceil(fed.capacity) - 1.0).astype(np.int64)
+    return np.where(has, level, below_capacity)
+
+
+def is_acceptable(load: IntArray, threshold: IntArray) -> bool:
+    if load.sum() <= threshold.sum():
+        return bool(np.all(load <= threshold))
+    return bool(np.all(load >= threshold))
+
+
+# --- one round -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoundMoves:
+    giver: IntArray
+    taker: IntArray
+    price: FloatArray
+    offered: IntArray
+    accepted: IntArray
+
+
+def plan_round(fed: LargeFederation, load: IntArray) -> RoundMoves:
+    """Offers and acceptances of one round from the loads at its start."""
+    giver, taker, pmin, pmax = fed.directed()
+    cap, scale, delta = fed.capacity, fed.scale, fed.hysteresis
+    n_g = load[giver].astype(np.float64)
+    n_t = load[taker].astype(np.float64)
+    out_g = unit_cost(cap[giver], scale[giver], n_g)
+    in_t = unit_cost(cap[taker], scale[taker], n_t + 1.0)
+    price = np.minimum(np.maximum((out_g + in_t) / 2.0, pmin), pmax)
+    kept = keep_level(cap[giver], scale[giver], price + delta)
+    offer = load[giver] - np.minimum(kept, load[giver])
+    room = fill_level(cap[taker], scale[taker], price - delta) - load[taker]
+    candidate = (offer >= 1) & (room >= 1)
+
+    is_giver = np.zeros(fed.size, dtype=bool)
+    is_giver[giver[candidate]] = True
+    live = np.flatnonzero(candidate & ~is_giver[taker])
+    empty_i, empty_f = np.zeros(0, np.int64), np.zeros(0, np.float64)
+    if live.size == 0:
+        return RoundMoves(empty_i, empty_i, empty_f, empty_i, empty_i)
+
+    # Each giver's cheapest live contract (ties: lowest partner id).
+    order = live[np.lexsort((taker[live], price[live], giver[live]))]
+    first = np.ones(order.size, dtype=bool)
+    first[1:] = giver[order][1:] != giver[order][:-1]
+    chosen = order[first]
+
+    # Each taker's offers, highest price first (ties: lowest giver id).
+    by_taker = chosen[np.lexsort((giver[chosen], -price[chosen], taker[chosen]))]
+    t = taker[by_taker]
+    offered = offer[by_taker]
+    limit = room[by_taker]
+    start = np.ones(t.size, dtype=bool)
+    start[1:] = t[1:] != t[:-1]
+    group = np.cumsum(start) - 1
+    cum = np.cumsum(offered)
+    cum_before_group = (cum - offered)[start][group]
+    offered_so_far = cum - cum_before_group
+    capped = np.minimum(offered_so_far, limit)
+    # Running maximum within each taker's group: shift groups apart so one global pass works.
+    spread = int(np.abs(capped).max()) * 2 + 2
+    shifted = capped + group * spread
+    running = np.maximum.accumulate(shifted) - group * spread
+    accepted_total = np.maximum(running, 0)
+    previous = np.where(start, 0, np.concatenate([[0], accepted_total[:-1]]))
+    accepted = accepted_total - previous
+    return RoundMoves(giver[by_taker], t, price[by_taker], offered, accepted)
+
+
+def apply_moves(load: IntArray, moves: RoundMoves, size: int) -> IntArray:
+    delta = np.bincount(moves.taker, weights=moves.accepted, minlength=size)
+    delta -= np.bincount(moves.giver, weights=moves.accepted, minlength=size)
+    return load + delta.astype(np.int64)
+
+
+def run_rounds(
+    fed: LargeFederation, *, max_rounds: int = 200, record_loads: bool = False
+) -> RoundsResult:
+    """Run rounds until no offer is made (a fixed point) or ``max_rounds``."""
+    threshold = thresholds(fed)
+    load = fed.load.astype(np.int64).copy()
+    records: list[RoundRecord] = []
+    history: list[IntArray] = [load.copy()] if record_loads else []
+    initial_cost = float(mm1_cost(fed.capacity, fed.scale, load.astype(np.float64)).sum())
+    initial_ok = is_acceptable(load, threshold)
+    for r in range(1, max_rounds + 1):
+        moves = plan_round(fed, load)
+        if moves.giver.size == 0:
+            break
+        load = apply_moves(load, moves, fed.size)
+        if record_loads:
+            history.append(load.copy())
+        moved = moves.accepted > 0
+        records.append(
+            RoundRecord(
+                round=r,
+                offers=int(moves.giver.size),
+                moves=int(moved.sum()),
+                units_moved=int(moves.accepted.sum()),
+                payment_volume=float((moves.accepted * moves.price).sum()),
+                cost=float(mm1_cost(fed.capacity, fed.scale, load.astype(np.float64)).sum()),
+                above_threshold=int((load > threshold).sum()),
+                acceptable=is_acceptable(load, threshold),
+            )
+        )
+    return RoundsResult(
+        thresholds=threshold,
+        final_load=load,
+        rounds=tuple(records),
+        loads=tuple(history),
+        initial_cost=initial_cost,
+        initial_acceptable=initial_ok,
+    )
+
+
+# --- bounds and generation ----------------------------------------------------------------------
+
+
+def water_filling_bound(fed: LargeFederation, *, iterations: int = 200) -> float:
+    """A lower bound on total cost: the best split of the total load ignoring the contract graph.
+
+    Minimising sum D_i(x_i) subject to sum x_i = total and 0 <= x_i < C_i is convex; its optimum
+    equalises marginal costs, D_i'(x_i) = s C / (C - x)^2 = lambda, so x_i = C - sqrt(s C /
+    lambda) clipped at 0, and lambda is found by bisection. Any allocation over the contracts is
+    feasible here, so this bounds every run from below (loosely: it also allows fractional load).
+    """
+    total = float(fed.load.sum())
+    cap, scale = fed.capacity, fed.scale
+    if total >= cap.sum():
+        return float("inf")
+
+    def placed(lam: float) -> FloatArray:
+        return np.maximum(cap - np.sqrt(scale * cap / lam), 0.0)
+
+    lo, hi = 1e-12, 1.0
+    while placed(hi).sum() < total:
+        hi *= 2.0
+    for _ in range(iterations):
+        mid = (lo + hi) / 2.0
+        if placed(mid).sum() < total:
+            lo = mid
+        else:
+            hi = mid
+    return float(mm1_cost(cap, scale, placed(hi)).sum())
+
+
+def generate_large(
+    *,
+    participants: int,
+    contracts_per_participant: int,
+    price_range_width: float = 0.1,
+    load_skew: float = 1.0,
+    capacity_spread: float = 0.3,
+    utilisation: float = 0.7,
+    seed: int = 0,
+    hysteresis: float = 0.005,
+) -> LargeFederation:
+    """A random federation in which every participant has exactly k contracts.
+
+    The contract graph is a circulant: participant i contracts with i +- o for k // 2 offsets o
+    drawn at random (1 is always one of them, so the graph is connected), plus i <-> i + n/2 when
+    k is odd. Participant attributes are drawn independently, so the regular labelling does not
+    bias anything. Capacity is 100 x (1 + spread x U(-1, 1)); contracts are priced around
+    BASE_PRICE with a relative range ``price_range_width``; the total load is ``utilisation`` times
+    the total of thresholds, split with log-normal weights of sigma ``load_skew`` and capped
+    below each capacity.
+    """
+    n, k = participants, contracts_per_participant
+    if n < 2:
+        raise LargeFederationError("participants", f"needs at least 2, got {n}")
+    if not 1 <= k <= n - 1:
+        raise LargeFederationError(
+            "contracts_per_participant", f"must be between 1 and participants - 1 = {n - 1}"
+        )
+    if k % 2 == 1 and n % 2 == 1:
+        raise LargeFederationError(
+            "contracts_per_participant", f"an odd k ({k}) needs an even number of participants"
+        )
+    if k // 2 > (n - 1) // 2:
+        raise LargeFederationError("contracts_per_participant", f"too many for {n} participants")
+    if not 0 <= price_range_width < 2:
+        raise LargeFederationError("price_range_width", "must be in [0, 2)")
+    if load_skew < 0:
+        raise LargeFederationError("load_skew", "must be >= 0")
+    if not 0 <= capacity_spread < 1:
+        raise LargeFederationError("capacity_spread", "must be in [0, 1)")
+    if not utilisation > 0:
+        raise LargeFederationError("utilisation", "must be positive")
+    if hysteresis < 0:
+        raise LargeFederationError("hysteresis", "must be >= 0")
+    rng = np.random.default_rng(seed)
+    capacity = 100.0 * (1.0 + capacity_spread * rng.uniform(-1.0, 1.0, n))
+    scale = np.ones(n)
+
+    half = k // 2
+    others = np.arange(2, (n - 1) // 2 + 1)
+    offsets = np.concatenate([[1], rng.choice(others, size=half - 1, replace=False)])[:half]
+    ids = np.arange(n, dtype=np.int64)
+    a_parts = [ids for _ in offsets]
+    b_parts = [(ids + int(o)) % n for o in offsets]
+    if k % 2 == 1:
+        a_parts.append(ids[: n // 2])
+        b_parts.append(ids[: n // 2] + n // 2)
+    edge_a = np.concatenate(a_parts) if a_parts else np.zeros(0, np.int64)
+    edge_b = np.concatenate(b_parts) if b_parts else np.zeros(0, np.int64)
+    lo, hi = np.minimum(edge_a, edge_b), np.maximum(edge_a, edge_b)
+    pmin = np.full(lo.size, BASE_PRICE * (1.0 - price_range_width / 2.0))
+    pmax = np.full(lo.size, BASE_PRICE * (1.0 + price_range_width / 2.0))
+
+    draft = LargeFederation(capacity, scale, np.zeros(n, np.int64), lo, hi, pmin, pmax, hysteresis)
+    total = utilisation * float(thresholds(draft).sum())
+    weights = np.exp(load_skew * rng.standard_normal(n))
+    ceiling = (np.ceil(capacity) - 1.0).astype(np.int64)
+    load = np.minimum(np.floor(total * weights / weights.sum()).astype(np.int64), ceiling)
+    return LargeFederation(capacity, scale, load, lo, hi, pmin, pmax, hysteresis)
