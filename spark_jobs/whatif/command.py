@@ -1,16 +1,160 @@
-"""``fedload whatif``: placeholder until the what-if job lands (issue 3)."""
+"""``fedload whatif``: the capacity planner's what-if analysis."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import typer
+import yaml
+from rich.console import Console
+
+console = Console(stderr=True)
+
+
+def _fail(message: str) -> typer.Exit:
+    console.print(f"[red]error:[/] {message}", highlight=False)
+    return typer.Exit(1)
 
 
 def whatif(
-    target: Path = typer.Argument(..., help="A federation file, or a sweep file."),
+    target: Path | None = typer.Argument(
+        None, help="A federation file (contracts/*.yaml) or a sweep file (contracts/sweeps/)."
+    ),
     out: Path = typer.Option(..., "--out", help="Directory for summary.json, plots and report."),
+    large: int | None = typer.Option(
+        None, "--large", help="Simulate one generated federation of this many participants."
+    ),
+    k: int = typer.Option(10, "--k", help="--large: contracts per participant."),
+    width: float = typer.Option(0.1, "--width", help="--large: relative price-range width."),
+    skew: float = typer.Option(1.0, "--skew", help="--large: load skew (log-normal sigma)."),
+    spread: float = typer.Option(0.3, "--spread", help="--large: capacity spread, in [0, 1)."),
+    utilisation: float = typer.Option(
+        0.7, "--utilisation", help="--large: total load / total of thresholds (< 1: underloaded)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="--large: random seed."),
+    max_rounds: int = typer.Option(200, "--max-rounds", help="--large: at most this many rounds."),
+    max_steps: int | None = typer.Option(
+        None, "--max-steps", help="Federation file: at most this many simulation steps."
+    ),
+    master: str | None = typer.Option(
+        None, "--master", help="Spark master (default: $SPARK_MASTER, else local[*])."
+    ),
+    in_process: bool = typer.Option(
+        False, "--in-process", help="Run a sweep in this Python process instead of on Spark."
+    ),
 ) -> None:
-    """Simulate a federation (or a sweep of generated ones) and write a report."""
-    typer.echo("fedload whatif is not built yet", err=True)
-    raise typer.Exit(2)
+    """Simulate a federation, a sweep of generated ones, or one very large federation.
+
+    \b
+    fedload whatif contracts/borealis-demo.yaml --out var/whatif/demo
+    fedload whatif contracts/sweeps/k-vs-width.yaml --out var/whatif/sweep
+    fedload whatif --large 100000 --k 10 --out var/whatif/large
+
+    Writes DIR/summary.json (acceptable, steps_to_acceptable, moves, payments_total, cost,
+    cost_lower_bound, final_load, thresholds), PNG plots and DIR/report.html; a sweep also
+    writes DIR/results.parquet, one row per simulation. A file that cannot be used stops the
+    run with a message naming the file, the line and the field, and exit status 1.
+    """
+    from app.federation.document import FederationFileError, load_federation
+    from spark_jobs.whatif import job
+    from spark_jobs.whatif.sweep_file import (
+        GridSweep,
+        LargeSweep,
+        SweepFileError,
+        is_sweep_document,
+        load_sweep,
+    )
+
+    if (target is None) == (large is None):
+        raise _fail("give either a FILE (federation or sweep) or --large N, not both")
+    if large is not None:
+        spec = LargeSweep(
+            name=f"large-{large}",
+            description="",
+            participants=large,
+            contracts_per_participant=k,
+            price_range_width=width,
+            load_skew=skew,
+            capacity_spread=spread,
+            utilisation=utilisation,
+            seed=seed,
+            max_rounds=max_rounds,
+            source="--large",
+        )
+        _run_large(spec, out, master)
+        return
+    assert target is not None
+    try:
+        with target.open() as handle:
+            data = yaml.safe_load(handle)
+    except OSError as exc:
+        raise _fail(f"{target}: (file): cannot read: {exc.strerror}") from exc
+    except yaml.YAMLError:
+        data = None  # the federation loader reports the syntax error with its line
+    if is_sweep_document(data):
+        try:
+            sweep = load_sweep(target)
+        except SweepFileError as exc:
+            raise _fail(str(exc)) from exc
+        if isinstance(sweep, LargeSweep):
+            _run_large(sweep, out, master)
+            return
+        assert isinstance(sweep, GridSweep)
+        summary = job.run_sweep(sweep, out, console=console, master=master, in_process=in_process)
+        console.print(
+            f"{summary['runs']} runs, {summary['fraction_acceptable']:.1%} reached an acceptable "
+            f"allocation; report: {out / 'report.html'}"
+            if summary["fraction_acceptable"] is not None
+            else f"{summary['runs']} runs; report: {out / 'report.html'}"
+        )
+        if summary["errors"]:
+            raise _fail(
+                f"{summary['errors']} of {summary['runs']} simulations failed; see the 'error' "
+                f"column of {out / 'results.parquet'}"
+            )
+        return
+    try:
+        doc = load_federation(target)
+    except FederationFileError as exc:
+        raise _fail(str(exc)) from exc
+    try:
+        summary = job.run_federation(doc, out, max_steps=max_steps, console=console)
+    except ValueError as exc:  # the engine refusing a scenario the file checks let through
+        raise _fail(f"{doc.source}: {exc}") from exc
+    state = "acceptable" if summary["acceptable"] else "NOT acceptable"
+    console.print(
+        f"{doc.name}: final allocation {state}, {summary['moves']} moves, cost "
+        f"{summary['cost']:.4g} vs lower bound {summary['cost_lower_bound']:.4g}; "
+        f"report: {out / 'report.html'}"
+    )
+
+
+_OPTIONS = {
+    "participants": "--large",
+    "contracts_per_participant": "--k",
+    "price_range_width": "--width",
+    "load_skew": "--skew",
+    "capacity_spread": "--spread",
+    "utilisation": "--utilisation",
+}
+
+
+def _run_large(spec: object, out: Path, master: str | None) -> None:
+    from app.market.rounds import LargeFederationError
+    from spark_jobs.whatif import job
+    from spark_jobs.whatif.sweep_file import LargeSweep
+
+    assert isinstance(spec, LargeSweep)
+    try:
+        summary = job.run_large(spec, out, console=console, master=master)
+    except LargeFederationError as exc:
+        if spec.source == "--large":
+            raise _fail(
+                f"command line: {_OPTIONS.get(exc.field, exc.field)}: {exc.detail}"
+            ) from exc
+        raise _fail(f"{spec.source}: large.{exc.field}: {exc.detail}") from exc
+    state = "acceptable" if summary["acceptable"] else "NOT acceptable"
+    console.print(
+        f"{spec.participants:,} participants: {state} after {summary['rounds']} rounds "
+        f"(first acceptable: {summary['steps_to_acceptable']}); report: {out / 'report.html'}"
+    )

@@ -1,0 +1,320 @@
+"""The what-if job's three runs (one federation, a sweep, one very large federation) and their
+outputs: DIR/summary.json, PNG plots, DIR/report.html, and for a sweep DIR/results.parquet.
+
+Only this module and ``command.py`` read and write files; the simulation code paths are pure
+(``app/market``) or pure Spark transformations (``sweep.py``, ``large.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from app.federation.document import FederationDoc
+from app.market.rounds import generate_large, water_filling_bound
+from app.market.simulator import simulate
+from spark_jobs.whatif import plots
+from spark_jobs.whatif.report import write_report, write_summary
+from spark_jobs.whatif.sweep import FIGURES, run_in_process, run_on_spark
+from spark_jobs.whatif.sweep_file import GridSweep, LargeSweep
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )
+
+
+@contextmanager
+def _spark(master: str | None, app_name: str, shuffle_partitions: int) -> Iterator[Any]:
+    from spark_jobs.session import build_session
+
+    session = build_session(app_name=app_name, master=master, shuffle_partitions=shuffle_partitions)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+# --- one federation ------------------------------------------------------------------------------
+
+
+def run_federation(
+    doc: FederationDoc, out: Path, *, max_steps: int | None, console: Console
+) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    began = time.perf_counter()
+    with _progress(console) as progress:
+        task = progress.add_task(f"simulating {doc.name}", total=1)
+        result = simulate(doc, max_steps=max_steps)
+        progress.update(task, completed=1)
+    summary = {
+        **result.summary(),
+        "kind": "federation",
+        "federation": doc.name,
+        "source": doc.source,
+        "steps": len(result.trace),
+        "wall_seconds": time.perf_counter() - began,
+    }
+    summary.setdefault("seconds_to_acceptable", result.seconds_to_acceptable)
+    write_summary(out, summary)
+    pngs = plots.federation_plots(out, doc, result)
+    moves = pd.DataFrame([m.as_dict() for m in result.move_log[:200]])
+    write_report(
+        out,
+        title=doc.name,
+        description=doc.description,
+        source=doc.source,
+        kind="one federation (per-task simulator)",
+        figures=summary,
+        plots=pngs,
+        table=moves,
+        table_title=f"Moves (first {len(moves)} of {len(result.move_log)})",
+    )
+    return summary
+
+
+# --- sweeps --------------------------------------------------------------------------------------
+
+
+def sweep_summary(sweep: GridSweep, results: pd.DataFrame, wall: float) -> dict[str, Any]:
+    ok = results[results["error"].isna()]
+    reached = ok["steps_to_acceptable"].dropna()
+    seconds = ok["seconds_to_acceptable"].dropna()
+    ratios = ok["cost_ratio"].dropna()
+
+    def mean(column: str) -> float | None:
+        values = pd.to_numeric(ok[column], errors="coerce").dropna()
+        return float(values.mean()) if len(values) else None
+
+    acceptable = ok["acceptable"].astype(bool)
+    return {
+        "kind": "sweep",
+        "sweep": sweep.name,
+        "source": sweep.source,
+        "runs": len(results),
+        "errors": int(results["error"].notna().sum()),
+        "fraction_acceptable": float(acceptable.mean()) if len(ok) else None,
+        # The single-federation keys, as aggregates over the runs: acceptable only if every run
+        # ends acceptable; medians over the runs that reached it; means elsewhere.
+        "acceptable": bool(len(ok) == len(results) and acceptable.all()),
+        "steps_to_acceptable": float(statistics.median(reached)) if len(reached) else None,
+        "seconds_to_acceptable": float(statistics.median(seconds)) if len(seconds) else None,
+        "moves": mean("moves"),
+        "payments_total": mean("payments_total"),
+        "cost": mean("cost"),
+        "cost_lower_bound": mean("cost_lower_bound"),
+        "cost_ratio_median": float(ratios.median()) if len(ratios) else None,
+        # Per-participant figures belong to one federation; a sweep has thousands of them.
+        "final_load": {},
+        "thresholds": {},
+        "groups": group_table(results).to_dict("records"),
+        "wall_seconds": wall,
+        "simulations_per_second": len(results) / wall if wall > 0 else None,
+    }
+
+
+def group_table(results: pd.DataFrame) -> pd.DataFrame:
+    """Per parameter combination (seeds pooled): runs, fraction acceptable, medians."""
+    keys = [
+        "participants",
+        "contracts_per_participant",
+        "price_range_width",
+        "load_skew",
+        "capacity_spread",
+        "tasks_per_participant",
+        "overload",
+    ]
+    frame = results.copy()
+    frame["acceptable"] = frame["acceptable"].astype("Float64")
+    for column in ("steps_to_acceptable", "cost_ratio"):
+        frame[column] = pd.to_numeric(frame[column].astype("Float64"), errors="coerce")
+    grouped = frame.groupby(keys, sort=True)
+    with warnings.catch_warnings():  # a group where no run got there has no median: NaN is right
+        warnings.simplefilter("ignore", RuntimeWarning)
+        table = pd.DataFrame(
+            {
+                "runs": grouped.size(),
+                "fraction_acceptable": grouped["acceptable"].mean(),
+                "median_steps_to_acceptable": grouped["steps_to_acceptable"].median(),
+                "median_cost_ratio": grouped["cost_ratio"].median(),
+            }
+        ).reset_index()
+    return table.astype(object).where(table.notna(), None)
+
+
+def run_sweep(
+    sweep: GridSweep,
+    out: Path,
+    *,
+    console: Console,
+    master: str | None = None,
+    in_process: bool = False,
+) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    where = "one Python process" if in_process else "Spark"
+    with _progress(console) as progress:
+        task = progress.add_task(
+            f"{sweep.name}: {sweep.size} simulations on {where}", total=sweep.size
+        )
+
+        def advance(done: int) -> None:
+            progress.update(task, completed=done)
+
+        began = time.perf_counter()
+        if in_process:
+            results = run_in_process(sweep, advance)
+        else:
+            with _spark(master, "fedload-whatif-sweep", 4) as spark:
+                results = run_on_spark(spark, sweep, advance)
+        wall = time.perf_counter() - began
+    results.to_parquet(out / "results.parquet", index=False)
+    summary = sweep_summary(sweep, results, wall)
+    write_summary(out, summary)
+    pngs = plots.sweep_plots(out, results) if summary["errors"] < len(results) else []
+    write_report(
+        out,
+        title=sweep.name,
+        description=sweep.description,
+        source=sweep.source,
+        kind=f"sweep of {sweep.size} generated federations ({where})",
+        figures={k: v for k, v in summary.items() if k != "groups"},
+        plots=pngs,
+        table=group_table(results),
+        table_title="Per parameter combination (seeds pooled)",
+    )
+    return summary
+
+
+# --- the very large federation -------------------------------------------------------------------
+
+OFFER_INTERVAL_SECONDS = 7.0  # Borealis: offers examined every 7 s; one round is one interval.
+
+
+def run_large(
+    spec: LargeSweep, out: Path, *, console: Console, master: str | None = None
+) -> dict[str, Any]:
+    from spark_jobs.whatif.large import federation_tables, run_rounds
+
+    out.mkdir(parents=True, exist_ok=True)
+    fed = generate_large(
+        participants=spec.participants,
+        contracts_per_participant=spec.contracts_per_participant,
+        price_range_width=spec.price_range_width,
+        load_skew=spec.load_skew,
+        capacity_spread=spec.capacity_spread,
+        utilisation=spec.utilisation,
+        seed=spec.seed,
+    )
+    began = time.perf_counter()
+    with _spark(master, "fedload-whatif-large", 8) as spark, _progress(console) as progress:
+        task = progress.add_task(
+            f"{spec.participants:,} participants, k = {spec.contracts_per_participant}: rounds",
+            total=spec.max_rounds,
+        )
+
+        def advance(record: Any, seconds: float) -> None:
+            progress.update(
+                task,
+                completed=record.round,
+                description=f"round {record.round}: {record.above_threshold:,} above threshold, "
+                f"{record.units_moved:,} units moved ({seconds:.1f} s)",
+            )
+
+        result = run_rounds(
+            spark, federation_tables(spark, fed), max_rounds=spec.max_rounds, on_round=advance
+        )
+        progress.update(task, total=max(len(result.rounds), 1), completed=len(result.rounds))
+        final = pd.DataFrame(result.final_state.select("id", "load", "threshold").toPandas())
+    wall = time.perf_counter() - began
+    final = final.sort_values("id")
+    final_load = final["load"].to_numpy(dtype=np.int64)
+    width = len(str(spec.participants - 1))
+    names = [f"P{i:0{width}d}" for i in final["id"]]
+    bound = water_filling_bound(fed)
+    rounds = result.rounds
+    last = len(rounds)
+    # Moved load is paid its price per second from its move to the end of the run (an estimate:
+    # the round model does not follow a unit that moves again).
+    payments = sum(r.payment_volume * (last - r.round + 1) * OFFER_INTERVAL_SECONDS for r in rounds)
+    reached = result.rounds_to_acceptable
+    cost = rounds[-1].cost if rounds else result.initial_cost
+    summary = {
+        "kind": "large",
+        "sweep": spec.name,
+        "source": spec.source,
+        "participants": spec.participants,
+        "contracts": int(fed.edge_a.size),
+        "parameters": {
+            "contracts_per_participant": spec.contracts_per_participant,
+            "price_range_width": spec.price_range_width,
+            "load_skew": spec.load_skew,
+            "capacity_spread": spec.capacity_spread,
+            "utilisation": spec.utilisation,
+            "seed": spec.seed,
+            "max_rounds": spec.max_rounds,
+        },
+        "acceptable": result.acceptable,
+        "steps_to_acceptable": reached,
+        "seconds_to_acceptable": None if reached is None else reached * OFFER_INTERVAL_SECONDS,
+        "rounds": last,
+        "moves": int(sum(r.moves for r in rounds)),
+        "units_moved": int(sum(r.units_moved for r in rounds)),
+        "payments_total": payments,
+        "initial_cost": result.initial_cost,
+        "cost": cost,
+        "cost_lower_bound": bound,
+        "cost_ratio": cost / bound if bound and math.isfinite(bound) else None,
+        "seconds_per_round": result.seconds_per_round,
+        "wall_seconds": wall,
+        "per_round": [vars(r) for r in rounds],
+        "final_load": dict(zip(names, (int(v) for v in final_load), strict=True)),
+        "thresholds": dict(zip(names, (int(v) for v in final["threshold"]), strict=True)),
+    }
+    write_summary(out, summary)
+    pngs = plots.large_plots(
+        out, rounds, result.initial_cost, bound, fed.capacity, fed.load, final_load
+    )
+    shown = {k: v for k, v in summary.items() if k not in ("per_round", "seconds_per_round")}
+    write_report(
+        out,
+        title=f"{spec.name}: {spec.participants:,} participants",
+        description=spec.description
+        or "One very large generated federation, simulated in rounds with Spark DataFrames.",
+        source=spec.source,
+        kind="very large federation (Spark DataFrame rounds)",
+        figures=shown,
+        plots=pngs,
+        table=pd.DataFrame(summary["per_round"]),
+        table_title="Per round",
+    )
+    return summary
+
+
+__all__ = ["FIGURES", "run_federation", "run_large", "run_sweep"]
