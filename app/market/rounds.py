@@ -147,10 +147,10 @@ def keep_level(capacity: FloatArray, scale: FloatArray, price: FloatArray) -> In
 
 
 def fill_level(capacity: FloatArray, scale: FloatArray, price: FloatArray) -> IntArray:
-    """Largest L with u(L) < price: how far a taker fills; -1 when price <= 0 (takes nothing)."""
+    """Largest L >= 0 with u(L) < price: how far a taker fills (0 when price <= 0)."""
     safe = np.where(price > 0, price, 1.0)
-    level = np.ceil(capacity - _root(capacity, scale, safe)) - 1.0
-    return np.where(price > 0, level, -1.0).astype(np.int64)
+    level = np.maximum(np.ceil(capacity - _root(capacity, scale, safe)) - 1.0, 0.0)
+    return np.where(price > 0, level, 0.0).astype(np.int64)
 
 
 def mm1_cost(capacity: FloatArray, scale: FloatArray, load: FloatArray) -> FloatArray:
@@ -371,7 +371,8 @@ def generate_large(
 
     half = k // 2
     others = np.arange(2, (n - 1) // 2 + 1)
-    offsets = np.concatenate([[1], rng.choice(others, size=half - 1, replace=False)])[:half]
+    drawn = rng.choice(others, size=half - 1, replace=False) if half >= 2 else []
+    offsets = np.concatenate([[1], drawn])[:half].astype(np.int64)
     ids = np.arange(n, dtype=np.int64)
     a_parts = [ids for _ in offsets]
     b_parts = [(ids + int(o)) % n for o in offsets]

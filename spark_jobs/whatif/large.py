@@ -47,8 +47,8 @@ def _keep_level(capacity: Column, scale: Column, price: Column) -> Column:
 
 def _fill_level(capacity: Column, scale: Column, price: Column) -> Column:
     safe = F.when(price > 0, price).otherwise(F.lit(1.0))
-    level = (F.ceil(capacity - _root(capacity, scale, safe)) - F.lit(1)).cast("long")
-    return F.when(price > 0, level).otherwise(F.lit(-1).cast("long"))
+    level = F.greatest(F.ceil(capacity - _root(capacity, scale, safe)) - F.lit(1), F.lit(0))
+    return F.when(price > 0, level.cast("long")).otherwise(F.lit(0).cast("long"))
 
 
 def _mm1_cost(capacity: Column, scale: Column, load: Column) -> Column:

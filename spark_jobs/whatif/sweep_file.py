@@ -132,7 +132,7 @@ def is_sweep_document(data: object) -> bool:
 def _lines(
     node: yaml.Node, path: tuple[str | int, ...], out: dict[tuple[str | int, ...], int]
 ) -> None:
-    out[path] = node.start_mark.line + 1
+    out.setdefault(path, node.start_mark.line + 1)  # a key's own line, not its value's
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
             out[(*path, key.value)] = key.start_mark.line + 1

@@ -1,0 +1,178 @@
+"""The large-federation round algorithm (app/market/rounds.py): market invariants per round."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.market.rounds import (
+    LargeFederation,
+    LargeFederationError,
+    apply_moves,
+    fill_level,
+    generate_large,
+    is_acceptable,
+    keep_level,
+    mm1_cost,
+    plan_round,
+    run_rounds,
+    thresholds,
+    unit_cost,
+    water_filling_bound,
+)
+
+
+def _one(value: float) -> np.ndarray:
+    return np.array([value], dtype=np.float64)
+
+
+@given(
+    capacity=st.floats(5.0, 500.0),
+    scale=st.floats(0.1, 5.0),
+    price=st.floats(1e-4, 10.0),
+)
+def test_closed_form_levels_agree_with_the_unit_costs(capacity, scale, price):
+    c, s, p = _one(capacity), _one(scale), _one(price)
+    keep = int(keep_level(c, s, p)[0])
+    fill = int(fill_level(c, s, p)[0])
+    levels = np.arange(1, int(np.ceil(capacity)) + 1, dtype=np.float64)
+    costs = unit_cost(np.full_like(levels, capacity), np.full_like(levels, scale), levels)
+    # keep: the largest L with u(L) <= p (0 when even the first unit costs more).
+    expected_keep = int(levels[costs <= p].max()) if (costs <= p).any() else 0
+    expected_fill = int(levels[costs < p].max()) if (costs < p).any() else 0
+    # The closed form may disagree with direct evaluation only at a rounding tie.
+    assert abs(keep - expected_keep) <= 1
+    assert abs(fill - expected_fill) <= 1
+    if keep != expected_keep:
+        assert costs[max(keep, expected_keep) - 1] == pytest.approx(price, rel=1e-9)
+
+
+federations = st.builds(
+    lambda n, k, width, skew, spread, util, seed: generate_large(
+        participants=n + (n % 2),  # even, so any k is allowed
+        contracts_per_participant=min(k, n - 1),
+        price_range_width=width,
+        load_skew=skew,
+        capacity_spread=spread,
+        utilisation=util,
+        seed=seed,
+    ),
+    n=st.integers(4, 40),
+    k=st.integers(1, 6),
+    width=st.sampled_from([0.0, 0.05, 0.1, 0.2]),
+    skew=st.floats(0.0, 2.5),
+    spread=st.floats(0.0, 0.6),
+    util=st.floats(0.3, 1.3),
+    seed=st.integers(0, 10_000),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fed=federations)
+def test_every_round_is_rational_for_both_sides_and_lowers_total_cost(fed: LargeFederation):
+    load = fed.load.copy()
+    cost = float(mm1_cost(fed.capacity, fed.scale, load.astype(float)).sum())
+    delta = fed.hysteresis
+    for _ in range(25):
+        moves = plan_round(fed, load)
+        if moves.giver.size == 0:
+            break
+        # One offer per giver, and no giver takes load in the same round.
+        assert len(set(moves.giver.tolist())) == moves.giver.size
+        assert not set(moves.giver.tolist()) & set(moves.taker[moves.accepted > 0].tolist())
+        assert np.all((moves.accepted >= 0) & (moves.accepted <= moves.offered))
+        after = apply_moves(load, moves, fed.size)
+        for g, p, a in zip(moves.giver, moves.price, moves.accepted, strict=True):
+            if a == 0:
+                continue
+            # Each unit the giver sheds saved more than p + delta (it pays p) ...
+            shed = np.arange(load[g] - a + 1, load[g] + 1, dtype=float)
+            saved = unit_cost(np.full(a, fed.capacity[g]), np.full(a, fed.scale[g]), shed)
+            assert np.all(saved > p + delta - 1e-12)
+        for t in np.unique(moves.taker[moves.accepted > 0]):
+            # ... and every unit a taker ends up with cost it less than the lowest price it took.
+            took = moves.price[(moves.taker == t) & (moves.accepted > 0)]
+            top = float(unit_cost(fed.capacity[[t]], fed.scale[[t]], after[[t]].astype(float))[0])
+            assert top < took.min() - delta + 1e-12
+        assert after.sum() == load.sum()  # load is neither created nor lost
+        assert np.all(after >= 0)
+        new_cost = float(mm1_cost(fed.capacity, fed.scale, after.astype(float)).sum())
+        # Every unit moved lowers the total by more than 2 delta: no cycles, finitely many moves.
+        assert new_cost < cost - 2 * delta * moves.accepted.sum() + 1e-9
+        # Payments balance: what givers pay is what takers receive.
+        paid = float((moves.accepted * moves.price).sum())
+        received = sum(
+            float((moves.accepted[moves.taker == t] * moves.price[moves.taker == t]).sum())
+            for t in np.unique(moves.taker)
+        )
+        assert paid == pytest.approx(received)
+        load, cost = after, new_cost
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(10, 60),
+    width=st.sampled_from([0.0, 0.05]),
+)
+def test_a_well_connected_underloaded_federation_ends_acceptable(seed, n, width):
+    # A complete contract graph with prices at the threshold marginal costs and light load.
+    fed = generate_large(
+        participants=n + (n % 2),
+        contracts_per_participant=n + (n % 2) - 1,
+        price_range_width=width,
+        load_skew=1.0,
+        capacity_spread=0.3,
+        utilisation=0.5,
+        seed=seed,
+    )
+    result = run_rounds(fed, max_rounds=200)
+    assert result.acceptable
+    assert result.rounds_to_acceptable is not None
+    assert np.all(result.final_load <= result.thresholds)
+
+
+def test_run_stops_at_a_fixed_point_and_reports_the_first_acceptable_round():
+    fed = generate_large(
+        participants=400, contracts_per_participant=6, load_skew=2.0, utilisation=0.7, seed=2
+    )
+    result = run_rounds(fed, max_rounds=200, record_loads=True)
+    assert len(result.rounds) < 200
+    assert plan_round(fed, result.final_load).giver.size == 0
+    first = result.rounds_to_acceptable
+    assert first is not None and first >= 1
+    assert not is_acceptable(result.loads[first - 1], result.thresholds)
+    assert is_acceptable(result.loads[first], result.thresholds)
+    assert water_filling_bound(fed) <= result.rounds[-1].cost
+
+
+def test_generator_gives_exactly_k_contracts_and_the_thresholds_sit_near_eighty_percent():
+    fed = generate_large(participants=1000, contracts_per_participant=7, seed=5)
+    degree = np.bincount(np.concatenate([fed.edge_a, fed.edge_b]), minlength=fed.size)
+    assert np.all(degree == 7)
+    pairs = set(zip(fed.edge_a.tolist(), fed.edge_b.tolist(), strict=True))
+    assert len(pairs) == fed.edge_a.size  # no duplicate contract
+    # One price for all: u = 1 - sqrt(1 / (C p)) is 0.76 at C = 70 and 0.82 at C = 130.
+    utilisation_at_threshold = thresholds(fed) / fed.capacity
+    assert np.all((utilisation_at_threshold > 0.74) & (utilisation_at_threshold < 0.84))
+    assert fed.load.sum() <= 0.7 * thresholds(fed).sum()
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"participants": 1, "contracts_per_participant": 1}, "participants"),
+        ({"participants": 10, "contracts_per_participant": 10}, "contracts_per_participant"),
+        ({"participants": 9, "contracts_per_participant": 3}, "contracts_per_participant"),
+        (
+            {"participants": 10, "contracts_per_participant": 2, "capacity_spread": 1.0},
+            "capacity_spread",
+        ),
+    ],
+)
+def test_generator_refuses_bad_options_by_name(options, field):
+    with pytest.raises(LargeFederationError) as caught:
+        generate_large(**options)
+    assert caught.value.field == field
