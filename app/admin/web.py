@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from fastapi import FastAPI, Request
-from fastapi.responses import PlainTextResponse, RedirectResponse, Response
+from fastapi.responses import FileResponse, PlainTextResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.orm.exc import StaleDataError
 from starlette.middleware.sessions import SessionMiddleware
@@ -132,6 +132,13 @@ def build_admin_app(settings: Settings, session_factory: object) -> FastAPI:
     return admin
 
 
+def _favicon() -> FileResponse:
+    return FileResponse(STATIC_DIR / "favicon.svg", media_type="image/svg+xml")
+
+
 def mount_admin(app: FastAPI, settings: Settings) -> None:
     """Attach the admin UI under /admin."""
     app.mount("/admin", build_admin_app(settings, app.state.session_factory), name="admin")
+    # Pages without an icon link (a report's own HTML, /docs) make browsers ask for this one;
+    # answering it keeps their consoles free of 404s.
+    app.add_api_route("/favicon.ico", _favicon, include_in_schema=False)
