@@ -9,7 +9,11 @@ from app.availability.detector import FailureDetector, PeerStatus
 from app.availability.node import Checkpoint, DPCNode
 from app.availability.operators import Operator, Passthrough, WindowCount
 from app.availability.outputlog import OutputLog, StreamView
-from app.availability.permission import ReconciliationPermits, grant_peer_request
+from app.availability.permission import (
+    PeerPermission,
+    ReconciliationPermits,
+    grant_peer_request,
+)
 from app.availability.placement import (
     PlacementError,
     ReplicaCandidate,
@@ -36,6 +40,7 @@ __all__ = [
     "Operator",
     "OutputLog",
     "Passthrough",
+    "PeerPermission",
     "PeerStatus",
     "PlacementError",
     "ReconciliationPermits",

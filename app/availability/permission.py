@@ -62,3 +62,33 @@ def grant_peer_request(
     if i_am_asking and my_state is NodeState.UP_FAILURE:
         return requester < my_name
     return True
+
+
+class PeerPermission:
+    """One replica's side of the peer-to-peer permission protocol, with grant leases.
+
+    A replica that grants a peer remembers it (until the peer releases or ``lease_ms`` passes)
+    and does not ask for itself meanwhile; two replicas asking each other at once are ordered by
+    ``grant_peer_request``. So two replicas never both hold permission, also when requests cross.
+    """
+
+    def __init__(self, name: str, *, lease_ms: int = 10_000) -> None:
+        self.name = name
+        self.lease_ms = lease_ms
+        self.asking = False
+        self._granted: dict[str, int] = {}
+
+    def may_ask(self, now: int) -> bool:
+        self._granted = {peer: until for peer, until in self._granted.items() if until > now}
+        return not self._granted
+
+    def on_request(self, requester: str, my_state: NodeState, now: int) -> bool:
+        if not self.may_ask(now) and requester not in self._granted:
+            return False
+        if not grant_peer_request(self.name, my_state, self.asking, requester):
+            return False
+        self._granted[requester] = now + self.lease_ms
+        return True
+
+    def on_release(self, requester: str) -> None:
+        self._granted.pop(requester, None)

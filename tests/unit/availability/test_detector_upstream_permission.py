@@ -7,6 +7,7 @@ import pytest
 from app.availability import (
     FailureDetector,
     NodeState,
+    PeerPermission,
     PeerStatus,
     ReconciliationPermits,
     ReplicaView,
@@ -110,3 +111,26 @@ def test_peer_rule_never_lets_two_askers_both_go() -> None:
         assert a_grants != b_grants
     assert not grant_peer_request("B", NodeState.STABILIZATION, False, "R")
     assert grant_peer_request("B", NodeState.STABLE, False, "R")
+
+
+def test_peer_permission_grant_blocks_own_request_until_release() -> None:
+    b, r = PeerPermission("B", lease_ms=1000), PeerPermission("R", lease_ms=1000)
+    b.asking = True
+    assert r.on_request("B", NodeState.UP_FAILURE, now=0)
+    assert not r.may_ask(now=10)
+    r.asking = True
+    # B holds the grant and is reconciling: it refuses R.
+    assert not b.on_request("R", NodeState.STABILIZATION, now=10)
+    r.on_release("B")
+    assert r.may_ask(now=20)
+    # The lease runs out on its own if the peer never releases (it crashed).
+    assert r.on_request("B", NodeState.UP_FAILURE, now=30)
+    assert r.may_ask(now=1031)
+
+
+def test_crossing_requests_grant_exactly_one() -> None:
+    b, r = PeerPermission("B"), PeerPermission("R")
+    b.asking = r.asking = True
+    granted_to_b = r.on_request("B", NodeState.UP_FAILURE, now=0)
+    granted_to_r = b.on_request("R", NodeState.UP_FAILURE, now=0)
+    assert granted_to_b != granted_to_r

@@ -1,0 +1,482 @@
+"""One HA node as a process: a source or a DPC fragment replica behind an ``HAServer``.
+
+Run as ``python -m spark_jobs.ha.node CONFIG.json``; the scenario driver writes the config and
+starts one process per node, so nodes share nothing but sockets (and the machine's clock, which
+is the stime scale: ``stime = ms since the run's t0``).
+
+A fragment node, every ``loop_ms``:
+
+1. for each input stream, heartbeat threads poll every replica of the upstream fragment
+   (``dpc_state`` every ``heartbeat_ms``, failed after ``misses`` silent intervals); the
+   ``UpstreamSelector`` picks a STABLE replica first and switches in the background; a switch
+   resynchronises by key (stable rows after the last one held, then the replica's tentative
+   suffix), so nothing is lost or duplicated; replicas below the fenced epoch are ignored;
+2. pulls new messages from the chosen replica into the DPC node (``app.availability.DPCNode``);
+3. ticks the node and appends its output to its output log;
+4. acknowledges upstream what it will never need again (upstream backup), and under passive
+   standby ships its checkpoint to the backup every ``checkpoint_every_ms``.
+
+A standby node idles until the driver's ``take_over`` command (after the registry's failover
+movement is prepared): from the last checkpoint shipped to it (passive standby) or from empty
+state and a replay point in the upstream logs (upstream backup).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.availability import (
+    Checkpoint,
+    DelayStrategy,
+    DPCNode,
+    FailureDetector,
+    Message,
+    NodeState,
+    Operator,
+    Passthrough,
+    PeerPermission,
+    PeerStatus,
+    ReplicaView,
+    StreamView,
+    UpstreamSelector,
+    WindowCount,
+)
+from app.availability.simulation import source_rows
+from app.availability.tuples import Key, Kind
+from spark_jobs.ha.wire import HAClient, HAServer
+from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient
+
+OUT = "out"
+
+
+def make_operator(spec: dict[str, Any], bucket_ms: int) -> Operator:
+    kind = spec.get("type")
+    if kind == "window_count":
+        return WindowCount(int(spec["window_ms"]), bucket_ms)
+    if kind == "passthrough":
+        return Passthrough(int(spec.get("drop_multiple", 0)))
+    raise ValueError(f"operator: unknown type {kind!r} (window_count, passthrough)")
+
+
+@dataclass
+class InputLink:
+    """One input stream of a fragment node and the replicas that can serve it."""
+
+    stream: str
+    replicas: dict[str, str]
+    selector: UpstreamSelector
+    min_epoch: int = 0
+    position: int = 0
+    clients: dict[str, HAClient] = field(default_factory=dict)
+    # Separate from the heartbeat thread's clients: a failing read must not close theirs.
+    readers: dict[str, HAClient] = field(default_factory=dict)
+    states: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # What arrived on this input, as a consumer sees it: duplicates and losses show here.
+    view: StreamView = field(default_factory=StreamView)
+    last_key: Key | None = None
+    read_errors: int = 0
+
+
+class HANode:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.name: str = config["name"]
+        self.fragment: str = config.get("fragment", self.name)
+        self.role: str = config["role"]
+        self.t0: float = float(config["t0"])
+        self.bucket_ms = int(config.get("bucket_ms", 200))
+        self.loop_s = int(config.get("loop_ms", 20)) / 1000
+        self.epoch = int(config.get("epoch", 0))
+        self.server = HAServer(port=int(config.get("port", 0)))
+        self.server.controller = self
+        self.lock = threading.RLock()
+        self.stopping = threading.Event()
+        self.detector = FailureDetector(
+            time.monotonic,
+            interval=int(config.get("heartbeat_ms", 100)) / 1000,
+            misses=int(config.get("misses", 3)),
+        )
+        self.peers: dict[str, str] = dict(config.get("peers", {}))
+        self.peer_permission = PeerPermission(self.name)
+        self.node: DPCNode | None = None
+        self.links: dict[str, InputLink] = {}
+        self.first_emit: dict[Key, int] = {}
+        self.events: list[dict[str, Any]] = []
+        self._shipped = 0
+        self._shipped_floor: int | None = None
+        self._last_ship = 0.0
+        self._last_ack = 0.0
+        for stream, spec in config.get("inputs", {}).items():
+            replicas = dict(spec["replicas"])
+            self.links[stream] = InputLink(
+                stream, replicas, UpstreamSelector(stream, tuple(replicas))
+            )
+        for consumer in config.get("consumers", []):
+            self.server.output(OUT).register(consumer)
+        if self.role == "fragment":
+            self.node = self._make_node(int(config.get("start_bucket", 0)))
+
+    # -- clock -------------------------------------------------------------------------------
+    def now_ms(self) -> int:
+        return int((time.time() - self.t0) * 1000)
+
+    def _make_node(self, start_bucket: int) -> DPCNode:
+        config = self.config
+        x_ms = int(config.get("max_delay_ms", 3000))
+        budget = int(config.get("delay_budget_ms", round(0.9 * x_ms)))
+        return DPCNode(
+            self.name,
+            list(self.links),
+            make_operator(config["operator"], self.bucket_ms),
+            bucket_ms=self.bucket_ms,
+            delay_budget_ms=budget,
+            strategy=DelayStrategy(config.get("strategy", "delay_each")),
+            start_bucket=start_bucket,
+            request_permission=self._ask_peers,
+            release_permission=self._release_peers,
+            replay_per_tick=config.get("replay_per_tick"),
+        )
+
+    # -- Controller (called from Flight threads) ---------------------------------------------
+    def heartbeat(self) -> dict[str, Any]:
+        state = self.node.state.value if self.node is not None else None
+        if self.role == "source":
+            state = NodeState.STABLE.value
+        return {"name": self.name, "state": state, "epoch": self.epoch, "role": self.role}
+
+    def permission(self, requester: str) -> bool:
+        with self.lock:
+            state = self.node.state if self.node is not None else NodeState.STABLE
+            return self.peer_permission.on_request(requester, state, self.now_ms())
+
+    def release(self, requester: str) -> None:
+        with self.lock:
+            self.peer_permission.on_release(requester)
+
+    def control(self, body: dict[str, Any]) -> Any:
+        command = body.get("cmd")
+        with self.lock:
+            if command == "status":
+                return self.status(full=bool(body.get("full")))
+            if command == "set_inputs":
+                for stream, spec in body["inputs"].items():
+                    link = self.links[stream]
+                    link.replicas = dict(spec["replicas"])
+                    link.min_epoch = int(spec.get("min_epoch", link.min_epoch))
+                    link.selector.replicas = tuple(link.replicas)
+                self.events.append({"at": self.now_ms(), "event": "set_inputs", "body": body})
+                return True
+            if command == "take_over":
+                return self._take_over(body)
+            if command == "promote":
+                # Active standby: already running; only its lease epoch changes.
+                self.epoch = int(body["epoch"])
+                self.events.append({"at": self.now_ms(), "event": "promote", "epoch": self.epoch})
+                return True
+            if command == "stop":
+                self.stopping.set()
+                return True
+        raise ValueError(f"ha_control: unknown command {command!r}")
+
+    def status(self, *, full: bool = False) -> dict[str, Any]:
+        log = self.server.output(OUT)
+        out: dict[str, Any] = {
+            "name": self.name,
+            "role": self.role,
+            "epoch": self.epoch,
+            "now_ms": self.now_ms(),
+            "state": self.heartbeat()["state"],
+            "boundary": log.boundary,
+            "events": self.events,
+            "inputs": {
+                s: {
+                    "current": link.selector.current,
+                    "version": link.selector.version,
+                    "switches": [
+                        {
+                            "from": w.from_replica,
+                            "to": w.to_replica,
+                            "at": w.at,
+                            "version": w.version,
+                        }
+                        for w in link.selector.switches
+                    ],
+                    "boundary": link.view.boundary,
+                    "duplicates": link.view.duplicates,
+                    "stable_rows": len(link.view.stable),
+                    "tentative_rows": link.view.tentative_total,
+                    "read_errors": link.read_errors,
+                }
+                for s, link in self.links.items()
+            },
+        }
+        if self.node is not None:
+            out["history"] = [[s.value, t] for s, t in self.node.history]
+            out["reconciliations"] = self.node.reconciliations
+            out["tentative_buckets"] = self.node.tentative_buckets
+            out["duplicates_dropped"] = self.node.soutput.duplicates_dropped
+        if full:
+            out["first_emit"] = [[k[0], k[1], t] for k, t in self.first_emit.items()]
+            out["input_keys"] = {
+                s: [[r.stime, r.tid] for r in link.view.stable] for s, link in self.links.items()
+            }
+        return out
+
+    # -- reconciliation permission between replicas ------------------------------------------
+    def _ask_peers(self, _name: str) -> bool:
+        now = self.now_ms()
+        if not self.peer_permission.may_ask(now):
+            return False
+        self.peer_permission.asking = True
+        granted: list[str] = []
+        for peer, location in self.peers.items():
+            client = HAClient(location, timeout=0.3)
+            try:
+                ok = bool(client.action("dpc_permission", requester=self.name))
+            except Exception:
+                # An unreachable replica is not serving anyone: it cannot be harmed.
+                ok = True
+            finally:
+                client.close()
+            if not ok:
+                self._release_to(granted)
+                return False
+            granted.append(peer)
+        self.peer_permission.asking = False
+        self.events.append({"at": now, "event": "reconcile_permitted"})
+        return True
+
+    def _release_to(self, peers: list[str]) -> None:
+        for peer in peers:
+            client = HAClient(self.peers[peer], timeout=0.3)
+            with contextlib.suppress(Exception):
+                client.action("dpc_release", requester=self.name)
+            client.close()
+
+    def _release_peers(self, _name: str) -> None:
+        self.events.append({"at": self.now_ms(), "event": "reconciled"})
+        self._release_to(list(self.peers))
+
+    # -- failover ----------------------------------------------------------------------------
+    def _take_over(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self.node is not None:
+            raise ValueError(f"{self.name} already runs {self.fragment}")
+        self.epoch = int(body["epoch"])
+        mode = body["mode"]
+        if mode == "checkpoint":
+            latest = self.server.latest_checkpoint(self.fragment)
+            if latest is None:
+                raise ValueError(f"{self.name}: no checkpoint of {self.fragment} was shipped here")
+            movement, packed = latest
+            data = json.loads(packed.data)
+            self.node = self._make_node(int(data["next_bucket"]))
+            self.node.restore(Checkpoint(int(data["next_bucket"]), data["state"]))
+            detail = {"checkpoint_movement": movement, "next_bucket": data["next_bucket"]}
+        elif mode == "replay":
+            replay_from = int(body["replay_from_ms"])
+            self.node = self._make_node(replay_from // self.bucket_ms)
+            detail = {"replay_from_ms": replay_from}
+        else:
+            raise ValueError(f"take_over: mode must be checkpoint or replay, got {mode!r}")
+        self.role = "fragment"
+        self.events.append({"at": self.now_ms(), "event": "take_over", "mode": mode, **detail})
+        return detail
+
+    # -- the loop ----------------------------------------------------------------------------
+    def _heartbeats(self) -> None:
+        """Poll every upstream replica; runs in its own thread so a silent peer never stalls
+        processing (a dropped link makes calls wait for their timeout)."""
+        while not self.stopping.is_set():
+            for link in list(self.links.values()):
+                for replica, location in list(link.replicas.items()):
+                    self.detector.watch(replica)
+                    if not self.detector.should_ping(replica):
+                        continue
+                    client = link.clients.setdefault(
+                        replica, HAClient(location, timeout=self.detector.interval)
+                    )
+                    if client.location != location:
+                        client.close()
+                        client = link.clients[replica] = HAClient(
+                            location, timeout=self.detector.interval
+                        )
+                    try:
+                        state = client.action("dpc_state")
+                    except Exception:
+                        continue
+                    self.detector.heard(replica)
+                    link.states[replica] = state
+            time.sleep(self.detector.interval / 4)
+
+    def _views(self, link: InputLink) -> list[ReplicaView]:
+        views = []
+        for replica in link.replicas:
+            info = link.states.get(replica)
+            state = NodeState(info["state"]) if info and info.get("state") else None
+            fenced = info is not None and int(info.get("epoch", 0)) < link.min_epoch
+            reachable = not self.detector.failed(replica) and info is not None and not fenced
+            views.append(ReplicaView(replica, state, reachable))
+        return views
+
+    def _feed(self, link: InputLink, messages: list[Message], now: int) -> None:
+        assert self.node is not None
+        for message in messages:
+            link.view.apply(message, now)
+            self.node.receive(link.stream, message)
+        link.last_key = link.view.last_key
+
+    def _pull(self, link: InputLink, now: int) -> None:
+        switch = link.selector.decide(self._views(link), now)
+        if switch is not None:
+            self.events.append(
+                {
+                    "at": now,
+                    "event": "switch",
+                    "stream": link.stream,
+                    "from": switch.from_replica,
+                    "to": switch.to_replica,
+                    "version": switch.version,
+                }
+            )
+            assert self.node is not None
+            self.node.sunion.forget_tentative(link.stream)
+            link.view.switch()
+        current = link.selector.current
+        if current is None or self.detector.status(current) in (
+            PeerStatus.FAILED,
+            PeerStatus.SUSPECT,
+        ):
+            # A silent replica would make the read wait for its timeout and stall the loop.
+            return
+        location = link.replicas[current]
+        client = link.readers.get(current)
+        if client is None or client.location != location:
+            client = link.readers[current] = HAClient(location, timeout=0.15)
+        try:
+            if switch is not None:
+                messages, position = client.resync(OUT, link.last_key)
+            else:
+                messages, position = client.read(OUT, link.position)
+        except Exception:
+            link.read_errors += 1
+            if switch is not None:
+                # Not resynchronised yet: resync again on the next loop.
+                link.selector.current = switch.from_replica
+                link.selector.switches.pop()
+                link.selector.version -= 1
+            return
+        link.position = position
+        self._feed(link, messages, now)
+
+    def _ack_and_ship(self, now: int) -> None:
+        assert self.node is not None
+        # What a replacement would need replayed: from the checkpoint, or from the oldest open
+        # window (upstream backup rebuilds state from empty).
+        floor = self.node.checkpoint.next_bucket * self.bucket_ms
+        windows = getattr(self.node.operator, "windows", None)
+        if windows:
+            floor = min(floor, min(windows))
+        backup = self.config.get("checkpoint_to")
+        if (
+            backup
+            and time.monotonic() - self._last_ship
+            >= self.config.get("checkpoint_every_ms", 1000) / 1000
+            and self.node.state is NodeState.STABLE
+        ):
+            self._last_ship = time.monotonic()
+            checkpoint = self.node.checkpoint
+            data = json.dumps({"next_bucket": checkpoint.next_bucket, "state": checkpoint.state})
+            self._shipped += 1
+            try:
+                with StreamClient(backup) as client:
+                    client.ship_checkpoint(
+                        self.fragment, self._shipped, PackedCheckpoint.of(data.encode())
+                    )
+                self._shipped_floor = checkpoint.next_bucket * self.bucket_ms
+            except Exception as error:
+                self.events.append({"at": now, "event": "ship_failed", "error": str(error)})
+        if backup:
+            # Passive standby replays from the last checkpoint the backup holds.
+            floor = min(floor, self._shipped_floor if self._shipped_floor is not None else 0)
+        if time.monotonic() - self._last_ack < 0.5:
+            return
+        self._last_ack = time.monotonic()
+        for link in self.links.values():
+            current = link.selector.current
+            if current is None:
+                continue
+            acker = HAClient(link.replicas[current], timeout=0.2)
+            with contextlib.suppress(Exception):
+                acker.action("dpc_ack", stream=OUT, consumer=self.name, stime=floor)
+            acker.close()
+
+    def _source_step(self, rows: list[Any], sent: int, now: int) -> int:
+        messages: list[Message] = []
+        while sent < len(rows) and rows[sent].stime < now:
+            messages.append(Message.stable(rows[sent]))
+            sent += 1
+        if now > 0:
+            messages.append(Message.boundary(now))
+        self.server.append(OUT, messages)
+        return sent
+
+    def run(self) -> None:
+        beat = threading.Thread(target=self._heartbeats, daemon=True)
+        beat.start()
+        rows: list[Any] = []
+        if self.role == "source":
+            spec = self.config["source"]
+            rows = source_rows(
+                spec["prefix"],
+                rate_per_second=int(spec["rate"]),
+                duration_ms=int(spec["duration_ms"]),
+                keys=int(spec["keys"]),
+            )
+        sent = 0
+        while not self.stopping.is_set():
+            began = time.monotonic()
+            now = self.now_ms()
+            with self.lock:
+                if self.role == "source":
+                    sent = self._source_step(rows, sent, now)
+                elif self.node is not None and now >= 0:
+                    for link in self.links.values():
+                        self._pull(link, now)
+                    out = self.node.tick(now)
+                    for message in out:
+                        if message.row is not None and message.kind in (
+                            Kind.STABLE,
+                            Kind.TENTATIVE,
+                        ):
+                            self.first_emit.setdefault(message.row.key, now)
+                    self.server.append(OUT, out)
+                    self._ack_and_ship(now)
+            time.sleep(max(0.0, self.loop_s - (time.monotonic() - began)))
+        self.server.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m spark_jobs.ha.node CONFIG.json", file=sys.stderr)
+        return 2
+    config = json.loads(Path(args[0]).read_text())
+    node = HANode(config)
+    signal.signal(signal.SIGTERM, lambda *_: node.stopping.set())
+    ready = config.get("ready_file")
+    if ready:
+        Path(ready).write_text(node.server.location)
+    node.run()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
