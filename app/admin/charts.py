@@ -24,7 +24,8 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
         return [lo]
     raw = (hi - lo) / max(count - 1, 1)
     power = 10 ** math.floor(math.log10(raw))
-    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    # The round step closest to the raw one (on a log scale), so the tick count stays near.
+    step = min((m * power for m in (1, 2, 5, 10)), key=lambda c: abs(math.log(c / raw)))
     first = math.ceil(lo / step - 1e-9) * step
     ticks = []
     value = first
@@ -97,7 +98,7 @@ class Chart:
 
 
 def line_chart(chart: Chart) -> Markup:
-    left, right, top, bottom = 56.0, 16.0, 28.0, 40.0
+    left, right, top, bottom = 56.0, 24.0, 44.0, 40.0
     w, h = float(chart.width), float(chart.height)
     pw, ph = w - left - right, h - top - bottom
     xs = [x for s in chart.series for x, y in s.points if math.isfinite(y)]
@@ -136,28 +137,35 @@ def line_chart(chart: Chart) -> Markup:
             f'<text class="tick" x="{left - 6:.0f}" y="{_f(py(tick) + 4)}" '
             f'text-anchor="end">{escape(_tick_label(tick))}</text>'
         )
+    shown: set[str] = set()
     for tick in nice_ticks(x0, x1, 6):
+        label = chart.x_format(tick)
+        if label in shown:
+            continue
+        shown.add(label)
         parts.append(
             f'<text class="tick" x="{_f(px(tick))}" y="{top + ph + 16:.0f}" '
-            f'text-anchor="middle">{escape(chart.x_format(tick))}</text>'
+            f'text-anchor="middle">{escape(label)}</text>'
         )
     for band in chart.bands:
         y_hi, y_lo = py(band.hi), py(band.lo)
         parts.append(
             f'<rect class="{escape(band.css)}" x="{left:.0f}" y="{_f(y_hi)}" width="{pw:.0f}" '
             f'height="{_f(max(y_lo - y_hi, 1.5))}"><title>{escape(band.label)}</title></rect>'
-            f'<text class="band-label" x="{left + pw - 4:.0f}" y="{_f(y_hi - 3)}" '
-            f'text-anchor="end">{escape(band.label)}</text>'
+            f'<text class="band-label" x="{left + 4:.0f}" y="{_f(y_hi - 4)}">'
+            f"{escape(band.label)}</text>"
         )
     if chart.x_marker is not None:
         mx, label = chart.x_marker
         if x0 <= mx <= x1:
+            near_right = px(mx) > left + pw * 0.75
             parts.append(
                 f'<line class="marker" x1="{_f(px(mx))}" x2="{_f(px(mx))}" y1="{top:.0f}" '
-                f'y2="{top + ph:.0f}"/><text class="marker-label" x="{_f(px(mx) + 4)}" '
-                f'y="{top + 12:.0f}">{escape(label)}</text>'
+                f'y2="{top + ph:.0f}"/><text class="marker-label" '
+                f'x="{_f(px(mx) - 4 if near_right else px(mx) + 4)}" y="{top + 12:.0f}" '
+                f'text-anchor="{"end" if near_right else "start"}">{escape(label)}</text>'
             )
-    legend_x = left + 150
+    legend_x = left
     for s in chart.series:
         finite = [(x, y) for x, y in s.points if math.isfinite(y)]
         if finite:
@@ -169,8 +177,8 @@ def line_chart(chart: Chart) -> Markup:
                     f'<circle class="dot {escape(s.css)}" cx="{_f(px(x))}" cy="{_f(py(y))}" r="3"/>'
                 )
         parts.append(
-            f'<rect class="swatch {escape(s.css)}" x="{legend_x:.0f}" y="8" width="12" '
-            f'height="4"/><text class="legend" x="{legend_x + 16:.0f}" y="14">'
+            f'<rect class="swatch {escape(s.css)}" x="{legend_x:.0f}" y="26" width="12" '
+            f'height="4"/><text class="legend" x="{legend_x + 16:.0f}" y="32">'
             f"{escape(s.label)}</text>"
         )
         legend_x += 24 + 7 * len(s.label)
@@ -270,6 +278,8 @@ def timeline(
     t0, t1 = (min(times), max(times)) if times else (0.0, 1.0)
     if t1 <= t0:
         t0, t1 = t0 - 1, t1 + 1
+    pad = (t1 - t0) * 0.03
+    t0, t1 = t0 - pad, t1 + pad
     pw = width - left - right
 
     def px(t: float) -> float:

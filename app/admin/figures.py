@@ -60,15 +60,15 @@ def mc_chart(detail: ParticipantDetail) -> Markup:
 
 def cost_curve(detail: ParticipantDetail) -> Markup:
     name = detail.participant.name
+    # Contracts with the same range share one band, labelled with every partner on it.
+    partners: dict[tuple[float, float], list[str]] = {}
+    for c in detail.contracts:
+        if c.status is ContractStatus.active:
+            partner = c.partner if c.proposer == name else c.proposer
+            partners.setdefault((c.price_min, c.price_max), []).append(f"#{c.id} {partner}")
     bands = [
-        Band(
-            f"#{c.id} {c.partner if c.proposer == name else c.proposer}: "
-            f"{c.price_min:g}{EN_DASH}{c.price_max:g}",
-            c.price_min,
-            c.price_max,
-        )
-        for c in detail.contracts
-        if c.status is ContractStatus.active
+        Band(f"{', '.join(who)}: {lo:g}{EN_DASH}{hi:g}", lo, hi)
+        for (lo, hi), who in sorted(partners.items())
     ]
     load = detail.row.load
     return line_chart(
