@@ -51,6 +51,8 @@ class AgentState:
     threshold: float = 0.0
     hosted: dict[str, float] = field(default_factory=dict)
     last_offer_at: float = float("-inf")
+    last_offer: tuple[int, str] | None = None  # (offer id, partner) of the latest offer made
+    refused_at: dict[str, float] = field(default_factory=dict)  # partner -> when it last refused
     errors: list[str] = field(default_factory=list)
 
 
@@ -64,6 +66,7 @@ class Agent:
         mover: Mover,
         *,
         offer_interval: float = 7.0,
+        refusal_backoff_intervals: int = 3,
         on_move: Callable[[MoveEvent], None] | None = None,
     ) -> None:
         self.name = name
@@ -72,6 +75,7 @@ class Agent:
         self.meter = meter
         self.mover = mover
         self.offer_interval = offer_interval
+        self.refusal_backoff = refusal_backoff_intervals * offer_interval
         self.on_move = on_move
         self.state = AgentState()
 
@@ -102,7 +106,7 @@ class Agent:
         self._answer_offers(now, loads)
         if now - state.last_offer_at >= self.offer_interval:
             state.last_offer_at = now
-            self._maybe_offer(tasks, loads, contracts, liveness)
+            self._maybe_offer(now, tasks, loads, contracts, liveness)
 
     def _answer_offers(self, now: float, loads: dict[str, float]) -> None:
         for offer in self.client.offers(status="open"):
@@ -146,28 +150,50 @@ class Agent:
 
     def _maybe_offer(
         self,
+        now: float,
         tasks: list[dict],
         loads: dict[str, float],
         contracts: list[ContractView],
         liveness: Mapping[str, str],
     ) -> None:
-        if any(o["from"] == self.name for o in self.client.offers(status="open")):
+        mine = [o for o in self.client.offers() if o["from"] == self.name]
+        if any(o["status"] == "open" for o in mine):
             return
+        self._note_refusal(now, mine)
+        available = {
+            partner: status == "online"
+            and now - self.state.refused_at.get(partner, float("-inf")) >= self.refusal_backoff
+            for partner, status in liveness.items()
+        }
         movable = {t["name"]: loads[t["name"]] for t in tasks if not t["pinned"]}
         plan = self.decisions.plan_offer(
             load=sum(loads.values()),
             movable=movable,
             contracts=contracts,
-            partner_online={p: s == "online" for p, s in liveness.items()},
+            partner_online=available,
         )
         if plan is None:
             return
         try:
-            self.client.offer(
+            made = self.client.offer(
                 plan.contract_id, list(plan.tasks), plan.price, {t: movable[t] for t in plan.tasks}
             )
         except ApiError as exc:
             self.state.errors.append(f"offer to {plan.partner}: {exc.detail}")
+            return
+        self.state.last_offer = (int(made["id"]), plan.partner)
+
+    def _note_refusal(self, now: float, mine: list[dict]) -> None:
+        # Prices are often equal across contracts, so "cheapest partner first" would name the
+        # same partner forever; a partner that refused (or took only part) is skipped for a few
+        # offer intervals so the giver tries the next one, as Borealis's A sheds to B, then to C.
+        if self.state.last_offer is None:
+            return
+        offer_id, partner = self.state.last_offer
+        last = next((o for o in mine if o["id"] == offer_id), None)
+        if last is not None and last["status"] in ("rejected", "partially_accepted", "expired"):
+            self.state.refused_at[partner] = now
+        self.state.last_offer = None
 
 
 def _finite(value: float) -> float | None:
