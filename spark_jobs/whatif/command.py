@@ -12,7 +12,7 @@ console = Console(stderr=True)
 
 
 def _fail(message: str) -> typer.Exit:
-    console.print(f"[red]error:[/] {message}", highlight=False)
+    console.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(1)
 
 

@@ -222,7 +222,6 @@ def run_large(
 ) -> dict[str, Any]:
     from spark_jobs.whatif.large import federation_tables, run_rounds
 
-    out.mkdir(parents=True, exist_ok=True)
     fed = generate_large(
         participants=spec.participants,
         contracts_per_participant=spec.contracts_per_participant,
@@ -232,6 +231,7 @@ def run_large(
         utilisation=spec.utilisation,
         seed=spec.seed,
     )
+    out.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
     with _spark(master, "fedload-whatif-large", 8) as spark, _progress(console) as progress:
         task = progress.add_task(

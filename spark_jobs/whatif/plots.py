@@ -202,12 +202,13 @@ def large_plots(
     r = [rec.round for rec in rounds]
     ax.plot(
         r,
-        [max(rec.above_threshold, 0.5) for rec in rounds],
+        [rec.above_threshold for rec in rounds],
         marker="o",
         label="participants above threshold",
     )
-    ax.plot(r, [max(rec.units_moved, 0.5) for rec in rounds], marker="s", label="load units moved")
-    ax.set_yscale("log")
+    ax.plot(r, [rec.units_moved for rec in rounds], marker="s", label="load units moved")
+    ax.set_yscale("symlog", linthresh=1)  # linear near zero: the last rounds reach 0
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel("round (one offer interval)")
     ax.set_title("Very large federation: convergence per round")
     ax.legend(fontsize=8)

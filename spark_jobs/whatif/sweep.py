@@ -91,10 +91,18 @@ def simulate_row(row: dict[str, Any], max_steps: int | None = None) -> dict[str,
 
 
 def _frame(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """One dtype per column whichever path produced the rows (Spark's toPandas or Python):
+    nullable integers and booleans, NaN for a missing float, None for no error."""
     frame = pd.DataFrame.from_records(records, columns=[*PARAMETERS, *FIGURES])
-    for name in ("steps_to_acceptable", "moves", "final_overloaded"):
-        frame[name] = frame[name].astype("Int64")
-    frame["acceptable"] = frame["acceptable"].astype("boolean")
+    for name, kind in {**PARAMETERS, **FIGURES}.items():
+        if kind == "bigint":
+            frame[name] = pd.to_numeric(frame[name]).astype("Int64")
+        elif kind == "double":
+            frame[name] = pd.to_numeric(frame[name]).astype("float64")
+        elif kind == "boolean":
+            frame[name] = frame[name].astype("boolean")
+        else:
+            frame[name] = frame[name].astype(object).where(frame[name].notna(), None)
     return frame
 
 
