@@ -23,6 +23,7 @@ MEDIA_TYPES = {
     ".json": "application/json",
     ".csv": "text/csv; charset=utf-8",
     ".txt": "text/plain; charset=utf-8",
+    ".parquet": "application/vnd.apache.parquet",
 }
 MAX_DEPTH = 3
 
