@@ -1,15 +1,51 @@
 """Deterministic discrete-time simulation of a federation under the Bounded-Price Mechanism.
 
-INTERFACE (imported by the what-if Spark job): ``simulate(doc, max_steps=...)`` returning a frozen
-``SimulationResult`` whose ``summary()`` is the JSON of ``summary.json``.
+The what-if Spark job imports exactly ``simulate`` and ``SimulationResult``; ``summary()`` is the
+content of ``summary.json``.
+
+Time advances in steps of ``simulation.step_seconds``. At each step, timeline events due by then
+are applied (``scale_load`` scales the tasks a participant *owns*, wherever they run: its input
+rate changed; ``task_load`` sets one task's load; ``join``/``leave``, and ``joins_at``), then,
+every ``offer_interval_seconds``, one offer round runs, then payments accrue for the step.
+
+An offer round visits the online participants from the highest marginal cost down (ties by
+name). Each participant makes at most one offer per round, and one that took part in a move this
+round (as giver, relay or taker) makes none: one offer outstanding, none while a move is in
+flight. Its offer is, in order:
+
+1. a move-back, when a task it hosts has stayed the contract's ``min_move_seconds`` and
+   returning it to where it came from is cheaper for both at their agreed price;
+2. a forward offer to its partners, cheapest contract first (``app.market.bpm``);
+3. if no partner can take anything, the offer is forwarded breadth-first along the partners'
+   own contracts, up to ``max_hops`` contracts in all (a chained move A -> B -> C; the relay
+   hosts nothing and is paid at least what it pays on). A task never revisits a participant on
+   its chain: load only goes home by a move-back.
+
+A task moved under a contract stays put (no forward move, no move-back) for that contract's
+``min_move_seconds``. When a participant leaves, tasks it hosted or relayed for others return
+to whoever gave them to it, and its own tasks leave with it.
+
+Once a round moves nothing, no event is pending and no task is still inside its minimum move
+duration, nothing can change any more: the run stops early and the rest of the duration's
+payments are added at the final rate (the trace ends there).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from app.federation.document import FederationDoc
+from app.market import bpm
+from app.market.allocation import Standing, check_allocation
+from app.market.cost_models import CostModel, build_cost_model, marginal_cost
+from app.market.lower_bound import cost_lower_bound
+
+# Load travels over at most this many contracts in one chained move unless told otherwise
+# (A -> B -> C, DESIGN.md's example).
+DEFAULT_MAX_HOPS = 2
 
 
 @dataclass(frozen=True)
@@ -19,12 +55,21 @@ class StepRecord:
     marginal_costs: dict[str, float]
     acceptable: bool
     overloaded: bool = False
+    cost: float = 0.0
     offers: int = 0
     moves: int = 0
 
 
 @dataclass(frozen=True)
 class MoveRecord:
+    """One leg of one task's relocation: ``source`` hands ``task`` to ``target`` at ``price``.
+
+    ``giver_mc`` is what the giver saves per unit (its incremental marginal cost of removing the
+    task) and ``taker_mc`` what the taker's cost rises per unit; both are NaN on the inner legs
+    of a relay, where the relay's own cost does not change. ``cost_change`` is the change of the
+    federation's total cost made by the whole operation the leg belongs to.
+    """
+
     task: str
     source: str
     target: str
@@ -32,8 +77,10 @@ class MoveRecord:
     at: float
     price: float
     load: float = 0.0
-    giver_mc: float = 0.0
-    taker_mc: float = 0.0
+    giver_mc: float = math.nan
+    taker_mc: float = math.nan
+    cost_change: float = 0.0
+    operation: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -45,6 +92,10 @@ class MoveRecord:
             "price": self.price,
             "load": self.load,
         }
+
+
+def _json_float(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 @dataclass(frozen=True)
@@ -60,36 +111,572 @@ class SimulationResult:
     thresholds: dict[str, float]
     trace: list[StepRecord] = field(default_factory=list)
     move_log: list[MoveRecord] = field(default_factory=list)
+    net_payments: dict[str, float] = field(default_factory=dict)
+    ledger: dict[str, float] = field(default_factory=dict)  # "payer->payee" -> amount
+    overloaded: bool = False
+    offers: int = 0
+    steps: int = 0
+    reasons: tuple[str, ...] = ()
 
     def summary(self) -> dict[str, Any]:
+        """The JSON summary; an infinite cost (an M/M/1 node at capacity) is written as null."""
         return {
             "acceptable": self.acceptable,
             "steps_to_acceptable": self.steps_to_acceptable,
             "seconds_to_acceptable": self.seconds_to_acceptable,
             "moves": self.moves,
             "payments_total": self.payments_total,
-            "cost": self.cost,
-            "cost_lower_bound": self.cost_lower_bound,
+            "cost": _json_float(self.cost),
+            "cost_lower_bound": _json_float(self.cost_lower_bound),
             "final_load": dict(self.final_load),
             "thresholds": dict(self.thresholds),
+            "overloaded": self.overloaded,
+            "offers": self.offers,
+            "steps": self.steps,
+            "why_not_acceptable": list(self.reasons),
         }
 
 
-def simulate(doc: FederationDoc, *, max_steps: int | None = None) -> SimulationResult:
-    """Stub while the engine is written: no moves, the initial allocation reported as final."""
-    loads: dict[str, float] = {p.name: 0.0 for p in doc.participants}
-    for task in doc.tasks:
-        loads[task.initial_host] += task.load
+@dataclass(frozen=True)
+class _Edge:
+    partner: int
+    contract: int
+    price_min: float
+    price_max: float
+    min_move: float
+
+
+@dataclass(frozen=True)
+class _Hop:
+    source: int
+    target: int
+    contract: int
+    price: float
+    at: float
+    min_move: float
+
+
+class _Task:
+    __slots__ = ("chain", "hops", "host", "load", "name", "owner")
+
+    def __init__(self, name: str, owner: int, load: float, host: int) -> None:
+        self.name = name
+        self.owner = owner
+        self.load = load
+        self.host = host
+        self.hops: list[_Hop] = []
+        self.chain: set[int] = {owner, host}
+
+    def locked(self, now: float) -> bool:
+        return bool(self.hops) and now - self.hops[-1].at < self.hops[-1].min_move
+
+
+class _Federation:
+    def __init__(self, doc: FederationDoc, max_hops: int | None) -> None:
+        self.names = [p.name for p in doc.participants]
+        index = {n: i for i, n in enumerate(self.names)}
+        self.index = index
+        self.models: list[CostModel] = [
+            build_cost_model(p.cost_model, p.capacity) for p in doc.participants
+        ]
+        self.delta = doc.simulation.hysteresis
+        self.max_hops = max_hops
+        self.online = [not (p.joins_at is not None and p.joins_at > 0) for p in doc.participants]
+        self.edges: list[list[_Edge]] = [[] for _ in self.names]
+        self.contract_pairs: list[tuple[str, str]] = []
+        for c_id, c in enumerate(doc.contracts):
+            a, b = index[c.a], index[c.b]
+            self.contract_pairs.append((c.a, c.b))
+            for me, other in ((a, b), (b, a)):
+                self.edges[me].append(
+                    _Edge(other, c_id, c.price_min, c.price_max, c.min_move_seconds)
+                )
+        for i, edges in enumerate(self.edges):
+            # Cheapest contract first; ties by partner name so runs are reproducible.
+            edges.sort(key=lambda e: (e.price_min, e.price_max, self.names[e.partner]))
+            self.edges[i] = edges
+        self.tasks = [
+            _Task(t.name, index[t.owner], t.load, index[t.initial_host]) for t in doc.tasks
+        ]
+        self.task_index = {t.name: k for k, t in enumerate(self.tasks)}
+        self.hosted: list[set[int]] = [set() for _ in self.names]
+        self.loads = [0.0] * len(self.names)
+        self.thresholds = [0.0] * len(self.names)
+        self.prices = [0.0] * len(self.names)
+        self.move_log: list[MoveRecord] = []
+        self.relocations = 0
+        self.operations = 0
+        self.offers = 0
+        self._rebuild()
+
+    # --- state -------------------------------------------------------------------------
+
+    def active(self, task: _Task) -> bool:
+        return self.online[task.owner]
+
+    def _rebuild(self) -> None:
+        """Recompute hosted sets, loads and thresholds from scratch after an event."""
+        for s in self.hosted:
+            s.clear()
+        for k, task in enumerate(self.tasks):
+            if self.active(task):
+                if not self.online[task.host]:
+                    task.host, task.hops, task.chain = task.owner, [], {task.owner}
+                self.hosted[task.host].add(k)
+        self._recount()
+        for i, model in enumerate(self.models):
+            ranges = [
+                (e.price_min, e.price_max) for e in self.edges[i] if self.online[e.partner]
+            ] or [(e.price_min, e.price_max) for e in self.edges[i]]
+            price = bpm.threshold_price(ranges)
+            self.prices[i] = price if price is not None else model.derivative(model.capacity)
+            self.thresholds[i] = bpm.capacity_threshold(model, ranges)
+
+    def _recount(self) -> None:
+        for i, hosted in enumerate(self.hosted):
+            self.loads[i] = math.fsum(self.tasks[k].load for k in hosted)
+
+    def total_cost(self) -> float:
+        return math.fsum(
+            self.models[i].cost(self.loads[i]) for i in range(len(self.names)) if self.online[i]
+        )
+
+    def verdict_inputs(self) -> list[Standing]:
+        out = []
+        for i, name in enumerate(self.names):
+            if not self.online[i]:
+                continue
+            sizes = [self.tasks[k].load for k in self.hosted[i] if self.tasks[k].load > 0]
+            out.append(
+                Standing(
+                    name=name,
+                    model=self.models[i],
+                    load=self.loads[i],
+                    threshold=self.thresholds[i],
+                    price=self.prices[i],
+                    smallest_task=min(sizes) if sizes else None,
+                )
+            )
+        return out
+
+    def pending_timers(self, now: float) -> bool:
+        return any(self.tasks[k].locked(now) for hosted in self.hosted for k in hosted)
+
+    # --- events ------------------------------------------------------------------------
+
+    def join(self, who: int) -> None:
+        self.online[who] = True
+        self._rebuild()
+
+    def leave(self, who: int, now: float) -> None:
+        self.online[who] = False
+        for task in self.tasks:
+            if task.owner == who:
+                task.host, task.hops, task.chain = who, [], {who}
+                continue
+            if who not in task.chain or not task.hops:
+                continue
+            cut = next((n for n, h in enumerate(task.hops) if who in (h.source, h.target)), None)
+            if cut is None:
+                continue
+            home = task.hops[cut].source
+            self.move_log.append(
+                MoveRecord(
+                    task.name,
+                    self.names[task.host],
+                    self.names[home],
+                    "leave",
+                    now,
+                    0.0,
+                    task.load,
+                    operation=self._next_operation(),
+                )
+            )
+            self.relocations += 1
+            task.hops = task.hops[:cut]
+            task.host = home
+            task.chain = {task.owner, home} | {h.target for h in task.hops}
+        self._rebuild()
+
+    def scale_owned(self, who: int, factor: float) -> None:
+        for task in self.tasks:
+            if task.owner == who:
+                task.load *= factor
+        self._recount()
+
+    def set_task_load(self, name: str, load: float) -> None:
+        self.tasks[self.task_index[name]].load = load
+        self._recount()
+
+    def _next_operation(self) -> int:
+        self.operations += 1
+        return self.operations
+
+    # --- one offer round -----------------------------------------------------------------
+
+    def offer_round(self, now: float) -> int:
+        """Every participant's turn; returns the number of tasks relocated."""
+        before = self.relocations
+        order = sorted(
+            (i for i in range(len(self.names)) if self.online[i]),
+            key=lambda i: (-self.models[i].derivative(self.loads[i]), self.names[i]),
+        )
+        busy: set[int] = set()
+        for i in order:
+            if i in busy or not self.hosted[i]:
+                continue
+            involved = self._move_back(i, now) or self._offer(i, now)
+            if involved:
+                busy |= involved
+        return self.relocations - before
+
+    def _move_back(self, i: int, now: float) -> set[int] | None:
+        model, delta = self.models[i], self.delta
+        candidates = [
+            (self.tasks[k].name, self.tasks[k].load)
+            for k in self.hosted[i]
+            if self.tasks[k].hops
+            and not self.tasks[k].locked(now)
+            and self.online[self.tasks[k].hops[-1].source]
+        ]
+        origin: int | None = None
+        removed = added = 0.0
+        chosen: list[tuple[_Task, float, float]] = []
+        for name, size in bpm.rank_for_shedding(candidates):
+            task = self.tasks[self.task_index[name]]
+            hop = task.hops[-1]
+            if origin is not None and hop.source != origin:
+                continue
+            o = hop.source
+            host_load, origin_load = self.loads[i] - removed, self.loads[o] + added
+            if not bpm.move_back_worthwhile(
+                model, host_load, self.models[o], origin_load, size, hop.price, delta
+            ):
+                continue
+            origin = o
+            chosen.append(
+                (
+                    task,
+                    marginal_cost(model, host_load, -size),
+                    marginal_cost(self.models[o], origin_load, size),
+                )
+            )
+            removed += size
+            added += size
+        if origin is None:
+            return None
+        self.offers += 1
+        change = self._cost_change(i, origin, removed)
+        op = self._next_operation()
+        for task, giver_mc, taker_mc in chosen:
+            hop = task.hops.pop()
+            self._relocate(task, i, origin)
+            task.chain.discard(i)
+            self.move_log.append(
+                MoveRecord(
+                    task.name,
+                    self.names[i],
+                    self.names[origin],
+                    "move_back",
+                    now,
+                    hop.price,
+                    task.load,
+                    giver_mc,
+                    taker_mc,
+                    change,
+                    op,
+                )
+            )
+            self.relocations += 1
+        return {i, origin}
+
+    def _paths(self, i: int) -> list[list[_Edge]]:
+        """Contract paths from ``i``: its own contracts first, then breadth-first forwarding."""
+        paths: list[list[_Edge]] = []
+        seen = {i}
+        layer: list[list[_Edge]] = [[]]
+        depth = 0
+        while layer and (self.max_hops is None or depth < self.max_hops):
+            depth += 1
+            nxt: list[list[_Edge]] = []
+            for path in layer:
+                at = path[-1].partner if path else i
+                for edge in self.edges[at]:
+                    if edge.partner in seen or not self.online[edge.partner]:
+                        continue
+                    seen.add(edge.partner)
+                    nxt.append([*path, edge])
+            paths.extend(nxt)
+            layer = nxt
+        return paths
+
+    def _offer(self, i: int, now: float) -> set[int] | None:
+        model, delta, load = self.models[i], self.delta, self.loads[i]
+        movable = [
+            (self.tasks[k].name, self.tasks[k].load)
+            for k in self.hosted[i]
+            if not self.tasks[k].locked(now)
+        ]
+        if not movable or not self.edges[i]:
+            return None
+        ranked = bpm.rank_for_shedding(movable)
+        lowest = min(e.price_min for e in self.edges[i])
+        if not bpm.offer_set(model, load, ranked, lowest, delta):
+            return None  # nothing is worth shedding even at its cheapest contract's floor
+        offered_any = False
+        for path in self._paths(i):
+            nodes = [e.partner for e in path]
+            j = nodes[-1]
+            eligible = [
+                item
+                for item in ranked
+                if not self.tasks[self.task_index[item[0]]].chain.intersection(nodes)
+            ]
+            first, last = path[0], path[-1]
+            expected = bpm.offer_set(model, load, eligible, first.price_min, delta)
+            if not expected:
+                continue
+            offer = bpm.offer_list(model, load, eligible, first.price_min, delta)
+            giver_max = bpm.giver_reservation(model, load, expected, first.price_max, delta)
+            taker_min = bpm.taker_reservation(self.models[j], self.loads[j], last.price_min, delta)
+            if not offered_any:
+                self.offers += 1
+                offered_any = True
+            prices = bpm.leg_prices(
+                giver_max, taker_min, [(e.price_min, e.price_max) for e in path]
+            )
+            if prices is None:
+                continue
+            taken = bpm.accept_subset(
+                model,
+                load,
+                self.models[j],
+                self.loads[j],
+                offer,
+                give_price=prices[0],
+                take_price=prices[-1],
+                delta=delta,
+            )
+            if taken:
+                self._carry(i, path, prices, taken, now)
+                return {i, *nodes}
+        return None
+
+    def _carry(
+        self,
+        i: int,
+        path: Sequence[_Edge],
+        prices: Sequence[float],
+        taken: Sequence[bpm.Item],
+        now: float,
+    ) -> None:
+        j = path[-1].partner
+        moved = bpm.set_load(taken)
+        change = self._cost_change(i, j, moved)
+        op = self._next_operation()
+        reason = "offer" if len(path) == 1 else "relay"
+        removed = added = 0.0
+        giver_load, taker_load = self.loads[i], self.loads[j]
+        for name, size in taken:
+            task = self.tasks[self.task_index[name]]
+            giver_mc = marginal_cost(self.models[i], giver_load - removed, -size)
+            taker_mc = marginal_cost(self.models[j], taker_load + added, size)
+            removed += size
+            added += size
+            source = i
+            for leg, (edge, price) in enumerate(zip(path, prices, strict=True)):
+                task.hops.append(
+                    _Hop(source, edge.partner, edge.contract, price, now, edge.min_move)
+                )
+                self.move_log.append(
+                    MoveRecord(
+                        task.name,
+                        self.names[source],
+                        self.names[edge.partner],
+                        reason,
+                        now,
+                        price,
+                        size,
+                        giver_mc if leg == 0 else math.nan,
+                        taker_mc if leg == len(path) - 1 else math.nan,
+                        change,
+                        op,
+                    )
+                )
+                task.chain.add(edge.partner)
+                source = edge.partner
+            self._relocate(task, i, j)
+            self.relocations += 1
+
+    def _relocate(self, task: _Task, src: int, dst: int) -> None:
+        k = self.task_index[task.name]
+        self.hosted[src].discard(k)
+        self.hosted[dst].add(k)
+        task.host = dst
+        self.loads[src] -= task.load
+        self.loads[dst] += task.load
+        if not self.hosted[src]:
+            self.loads[src] = 0.0  # no drift: an empty participant carries exactly nothing
+
+    def _cost_change(self, giver: int, taker: int, moved: float) -> float:
+        g, t = self.models[giver], self.models[taker]
+        before = g.cost(self.loads[giver]) + t.cost(self.loads[taker])
+        after = g.cost(self.loads[giver] - moved) + t.cost(self.loads[taker] + moved)
+        if math.isinf(before):
+            return -math.inf if math.isfinite(after) else 0.0
+        return after - before
+
+    # --- payments ------------------------------------------------------------------------
+
+    def payment_rates(self) -> dict[tuple[int, int], float]:
+        """What each payer owes each payee per second in the current state."""
+        rates: dict[tuple[int, int], float] = {}
+        for hosted in self.hosted:
+            for k in hosted:
+                task = self.tasks[k]
+                for hop in task.hops:
+                    key = (hop.source, hop.target)
+                    rates[key] = rates.get(key, 0.0) + bpm.payment(hop.price, task.load, 1.0)
+        return rates
+
+
+def simulate(
+    doc: FederationDoc,
+    *,
+    max_steps: int | None = None,
+    max_hops: int | None = DEFAULT_MAX_HOPS,
+    record_trace: bool = True,
+) -> SimulationResult:
+    """Run the Bounded-Price Mechanism over ``doc`` and report what happened.
+
+    ``max_steps`` caps the number of steps (default: the scenario's duration); ``max_hops``
+    bounds chained moves (None: forward along any path); ``record_trace=False`` keeps only the
+    acceptability series, for sweeps that do not plot.
+    """
+    spec = doc.simulation
+    dt = spec.step_seconds
+    steps = max_steps if max_steps is not None else max(1, round(spec.duration_seconds / dt))
+    every = max(1, round(spec.offer_interval_seconds / dt))
+    fed = _Federation(doc, max_hops)
+    names = fed.names
+
+    events: list[tuple[float, int, str, Any]] = []
+    for n, p in enumerate(doc.participants):
+        if p.joins_at is not None and p.joins_at > 0:
+            events.append((float(p.joins_at), n, "join", p.name))
+    for n, e in enumerate(doc.timeline):
+        events.append((e.at, len(doc.participants) + n, e.event, e))
+    events.sort(key=lambda ev: (ev[0], ev[1]))
+
+    trace: list[StepRecord] = []
+    acceptable_series: list[bool] = []
+    net = [0.0] * len(names)
+    ledger: dict[tuple[int, int], float] = {}
+    paid_total = 0.0
+    rates = fed.payment_rates()
+    verdict = check_allocation(fed.verdict_inputs(), delta=fed.delta)
+    snapshot: tuple[dict[str, float], dict[str, float], float] | None = None
+    next_event = 0
+    step = 0
+    for step in range(steps):
+        now = step * dt
+        changed = False
+        while next_event < len(events) and events[next_event][0] <= now + 1e-9:
+            _, _, kind, payload = events[next_event]
+            next_event += 1
+            changed = True
+            if kind == "join":
+                who = payload if isinstance(payload, str) else payload.participant
+                fed.join(fed.index[who])
+            elif kind == "leave":
+                fed.leave(fed.index[payload.participant], now)
+            elif kind == "scale_load":
+                fed.scale_owned(fed.index[payload.participant], float(payload.factor))
+            elif kind == "task_load":
+                fed.set_task_load(payload.task, float(payload.load))
+        moved = 0
+        offers_before = fed.offers
+        if step % every == 0:
+            moved = fed.offer_round(now)
+            changed = changed or moved > 0
+        if changed or snapshot is None:
+            rates = fed.payment_rates()
+            verdict = check_allocation(fed.verdict_inputs(), delta=fed.delta)
+            snapshot = (
+                {n: fed.loads[i] if fed.online[i] else 0.0 for i, n in enumerate(names)},
+                {
+                    n: fed.models[i].derivative(fed.loads[i])
+                    for i, n in enumerate(names)
+                    if fed.online[i]
+                },
+                fed.total_cost(),
+            )
+        acceptable_series.append(verdict.acceptable)
+        if record_trace:
+            trace.append(
+                StepRecord(
+                    t=now,
+                    loads=snapshot[0],
+                    marginal_costs=snapshot[1],
+                    acceptable=verdict.acceptable,
+                    overloaded=verdict.overloaded,
+                    cost=snapshot[2],
+                    offers=fed.offers - offers_before,
+                    moves=moved,
+                )
+            )
+        # Payments for [now, now + dt) at the state just reached.
+        for (payer, payee), rate in rates.items():
+            amount = rate * dt
+            net[payer] -= amount
+            net[payee] += amount
+            ledger[(payer, payee)] = ledger.get((payer, payee), 0.0) + amount
+            paid_total += amount
+        quiet = (
+            step % every == 0
+            and moved == 0
+            and next_event >= len(events)
+            and not fed.pending_timers(now)
+        )
+        if quiet:
+            remaining = (steps - step - 1) * dt
+            for (payer, payee), rate in rates.items():
+                amount = rate * remaining
+                net[payer] -= amount
+                net[payee] += amount
+                ledger[(payer, payee)] = ledger.get((payer, payee), 0.0) + amount
+                paid_total += amount
+            break
+
+    recorded = len(acceptable_series)
+    steps_to = None
+    if acceptable_series and acceptable_series[-1]:
+        start = recorded - 1
+        while start > 0 and acceptable_series[start - 1]:
+            start -= 1
+        steps_to = start
+    online_models = {n: fed.models[i] for i, n in enumerate(names) if fed.online[i]}
+    bound = cost_lower_bound(
+        online_models,
+        {n: fed.loads[fed.index[n]] for n in online_models},
+        fed.contract_pairs,
+    )
     return SimulationResult(
-        acceptable=False,
-        steps_to_acceptable=None,
-        seconds_to_acceptable=None,
-        moves=0,
-        payments_total=0.0,
-        cost=0.0,
-        cost_lower_bound=0.0,
-        final_load=loads,
-        thresholds={p.name: 0.8 * p.capacity for p in doc.participants},
-        trace=[StepRecord(t=0.0, loads=dict(loads), marginal_costs={}, acceptable=False)],
-        move_log=[],
+        acceptable=verdict.acceptable,
+        steps_to_acceptable=steps_to,
+        seconds_to_acceptable=steps_to * dt if steps_to is not None else None,
+        moves=fed.relocations,
+        payments_total=paid_total,
+        cost=fed.total_cost(),
+        cost_lower_bound=bound,
+        final_load={n: fed.loads[i] if fed.online[i] else 0.0 for i, n in enumerate(names)},
+        thresholds={n: fed.thresholds[i] for i, n in enumerate(names)},
+        trace=trace,
+        move_log=fed.move_log,
+        net_payments={n: net[i] for i, n in enumerate(names)},
+        ledger={f"{names[a]}->{names[b]}": v for (a, b), v in sorted(ledger.items())},
+        overloaded=verdict.overloaded,
+        offers=fed.offers,
+        steps=recorded,
+        reasons=verdict.reasons,
     )
