@@ -1,15 +1,12 @@
-"""The Bounded-Price Mechanism's decisions for one participant, on its private cost model.
+"""The live agent's BPM decisions: a thin adapter over the pure engine in ``app.market.bpm``.
 
-Rules (DESIGN.md "Moves"; Balazinska et al., NSDI 2004):
-- Threshold: the load at which the marginal cost equals the contracts' price (their mean
-  midpoint); a participant below it has nothing to shed.
-- Offer: to online partners, cheapest contract first. The set S is built from the largest tasks
-  down while shedding it keeps the giver at or above its threshold and the giver's average
-  marginal cost of S stays above the contract's lowest price plus the hysteresis band. The price
-  is the most the giver would pay (its MC of S less the band), clipped to the contract's range:
-  a partner accepting at that price is paid more than its cost, the giver saves more than it pays.
-- Accept: the partner takes offered tasks, smallest first, while its average marginal cost of
-  taking them stays below the price less the band (partial acceptance).
+The agent and the simulator decide with the same functions. One difference is forced by the
+live protocol, which has no counter-offer message: the giver cannot learn the taker's
+reservation price before it names a price, so it names the split-the-difference price against
+the lowest reservation a taker can have (the contract's ``price_min``). That is the price the
+simulator reaches whenever the taker's marginal cost plus the band is below ``price_min``, the
+usual case for a partner with room. Chained moves and move-back are the coordinator's business,
+not this per-participant decision.
 """
 
 from __future__ import annotations
@@ -21,21 +18,8 @@ from typing import Any
 
 from app.agent.decisions import ContractView, OfferPlan
 from app.federation.document import ParticipantSpec
+from app.market import bpm
 from app.market.cost_models import CostModel, build_cost_model, marginal_cost
-
-
-def _threshold_for(model: CostModel, price: float) -> float:
-    """Largest load whose marginal cost is at most ``price`` (bisection; MC is increasing)."""
-    lo, hi = 0.0, model.capacity * 4
-    if marginal_cost(model, 0.0, 0.0) >= price:
-        return 0.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if marginal_cost(model, mid, 0.0) <= price:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 @dataclass(frozen=True)
@@ -52,15 +36,11 @@ class BpmDecisions:
         return cls(build_cost_model(spec, capacity), hysteresis)
 
     def marginal_cost(self, load: float) -> float:
-        mc = marginal_cost(self.model, load, 0.0)
-        # At or past capacity the M/M/1 cost is infinite and its difference quotient is NaN.
+        mc = self.model.derivative(load)
         return mc if math.isfinite(mc) else math.inf
 
     def threshold(self, contracts: Sequence[ContractView]) -> float:
-        if not contracts:
-            return self.model.capacity
-        price = sum((c.price_min + c.price_max) / 2 for c in contracts) / len(contracts)
-        return _threshold_for(self.model, price)
+        return bpm.capacity_threshold(self.model, [(c.price_min, c.price_max) for c in contracts])
 
     def plan_offer(
         self,
@@ -70,39 +50,38 @@ class BpmDecisions:
         contracts: Sequence[ContractView],
         partner_online: Mapping[str, bool],
     ) -> OfferPlan | None:
-        threshold = self.threshold(contracts)
-        if load <= threshold:
-            return None
-        band = self.hysteresis
-        for contract in sorted(contracts, key=lambda c: (c.price_min + c.price_max) / 2):
+        delta = self.hysteresis
+        ranked = bpm.ranked_from_mapping(movable)
+        for contract in sorted(contracts, key=lambda c: (c.price_min, c.price_max, c.partner)):
             if not partner_online.get(contract.partner, False):
                 continue
-            chosen: list[str] = []
-            shed = 0.0
-            for task, task_load in sorted(movable.items(), key=lambda kv: (-kv[1], kv[0])):
-                if task_load <= 0 or load - shed - task_load < threshold:
-                    continue
-                mc = marginal_cost(self.model, load, -(shed + task_load))
-                if mc > contract.price_min + band:
-                    chosen.append(task)
-                    shed += task_load
-            if not chosen:
+            expected = bpm.offer_set(self.model, load, ranked, contract.price_min, delta)
+            if not expected:
                 continue
-            saving = marginal_cost(self.model, load, -shed)
-            price = min(contract.price_max, max(contract.price_min, saving - band))
-            if math.isfinite(price) and saving > price + band / 2:
+            giver_max = bpm.giver_reservation(self.model, load, expected, contract.price_max, delta)
+            price = bpm.split_price(giver_max, contract.price_min)
+            if price is None:
+                continue
+            # Only the tasks the giver still saves on at that price, counting earlier ones.
+            chosen: list[str] = []
+            removed = 0.0
+            for name, size in bpm.offer_list(self.model, load, ranked, contract.price_min, delta):
+                if marginal_cost(self.model, load - removed, -size) > price + delta:
+                    chosen.append(name)
+                    removed += size
+            if chosen:
                 return OfferPlan(contract.id, contract.partner, tuple(chosen), price)
         return None
 
     def choose_accepted(
         self, *, load: float, offered: Mapping[str, float], price: float
     ) -> list[str]:
+        """Offered tasks, largest first, while the marginal cost after taking them stays below
+        the price less the band (partial acceptance)."""
         taken: list[str] = []
         added = 0.0
-        for task, task_load in sorted(offered.items(), key=lambda kv: (kv[1], kv[0])):
-            if task_load <= 0:
-                continue
-            if marginal_cost(self.model, load, added + task_load) < price - self.hysteresis:
-                taken.append(task)
-                added += task_load
+        for name, size in bpm.ranked_from_mapping(offered):
+            if self.model.derivative(load + added + size) < price - self.hysteresis:
+                taken.append(name)
+                added += size
         return taken
