@@ -371,7 +371,7 @@ def generate_large(
 
     half = k // 2
     others = np.arange(2, (n - 1) // 2 + 1)
-    drawn = rng.choice(others, size=half - 1, replace=False) if half >= 2 else []
+    drawn = rng.choice(others, size=half - 1, replace=False) if half >= 2 else others[:0]
     offsets = np.concatenate([[1], drawn])[:half].astype(np.int64)
     ids = np.arange(n, dtype=np.int64)
     a_parts = [ids for _ in offsets]
