@@ -13,6 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
 from app.federation.document import FederationDoc
 from app.market.cost_models import build_cost_model
@@ -208,7 +209,7 @@ def large_plots(
     )
     ax.plot(r, [rec.units_moved for rec in rounds], marker="s", label="load units moved")
     ax.set_yscale("symlog", linthresh=1)  # linear near zero: the last rounds reach 0
-    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("round (one offer interval)")
     ax.set_title("Very large federation: convergence per round")
     ax.legend(fontsize=8)
