@@ -16,7 +16,7 @@ Load Management in Federated Distributed Systems", NSDI 2004):
 - The final price is the midpoint of the two reservation prices (the split-the-difference
   double auction of Chatterjee and Samuelson, "Bargaining under Incomplete Information",
   Operations Research 1983). Both reservations lie inside [price_min, price_max], so the
-  midpoint does too; there is no deal when the taker's reservation is not below the giver's.
+  midpoint does too; there is no deal when the taker's reservation is above the giver's.
 - Partial acceptance: going down the offer, the taker takes a task when the giver still saves
   more than ``price + delta`` per unit on that task *and* the taker's marginal cost at its new
   load stays below ``price - delta`` ("j accepts the subset that keeps its MC below p"). Every
@@ -90,8 +90,12 @@ def taker_reservation(model: CostModel, load: float, price_min: float, delta: fl
 
 
 def split_price(giver_max: float, taker_min: float) -> float | None:
-    """The midpoint of the two reservation prices, or None when they leave no room for a deal."""
-    if not (math.isfinite(giver_max) and math.isfinite(taker_min)) or taker_min >= giver_max:
+    """The midpoint of the two reservation prices, or None when they leave no room for a deal.
+
+    Equal reservations still trade (a fixed-price contract clips both to its one price); the
+    strict gains come from the band, which ``accept_subset`` checks task by task.
+    """
+    if not (math.isfinite(giver_max) and math.isfinite(taker_min)) or taker_min > giver_max:
         return None
     return (giver_max + taker_min) / 2.0
 

@@ -19,7 +19,7 @@ from app.federation.document import (
     SimulationSpec,
     TaskSpec,
 )
-from app.market.cost_models import MM1Cost
+from app.market.cost_models import MM1Cost, threshold_for_price
 
 # Contract prices are centred on the marginal cost at this utilisation, so each participant's
 # capacity threshold sits near it (Borealis's demo runs its nodes to about 80%).
@@ -71,6 +71,7 @@ def generate_federation(
     min_move_seconds: float = 30.0,
     hysteresis_fraction: float = 0.02,
     duration_seconds: float = 3600.0,
+    common_price: bool = False,
 ) -> FederationDoc:
     """A connected random federation of M/M/1 participants.
 
@@ -84,6 +85,9 @@ def generate_federation(
     - ``capacity_spread``: capacities are 100 * (1 + spread) ** U(-1, 1).
     - ``overload``: total offered load as a fraction of the total threshold load; below 1 the
       federation is underloaded, above 1 overloaded.
+    - ``common_price``: centre every contract on one price, the median of the participants'
+      threshold marginal costs, so every participant's threshold sits exactly at its contracts'
+      price (at different utilisations when capacities differ).
     """
     _check("participants", participants >= 2, f"must be at least 2, got {participants}")
     _check(
@@ -114,9 +118,10 @@ def generate_federation(
     models = [MM1Cost(capacity=float(c)) for c in capacities]
     threshold_mc = [m.derivative(THRESHOLD_UTILISATION * m.capacity) for m in models]
 
+    median_mc = float(np.median(threshold_mc))
     contracts: list[ContractSpec] = []
     for a, b in _contract_graph(participants, contracts_per_participant, rng):
-        centre = (threshold_mc[a] + threshold_mc[b]) / 2.0
+        centre = median_mc if common_price else (threshold_mc[a] + threshold_mc[b]) / 2.0
         half = centre * price_range_width / 2.0
         contracts.append(
             ContractSpec(
@@ -128,7 +133,10 @@ def generate_federation(
             )
         )
 
-    thresholds = np.array([THRESHOLD_UTILISATION * c for c in capacities])
+    if common_price:
+        thresholds = np.array([threshold_for_price(m, median_mc) for m in models])
+    else:
+        thresholds = np.array([THRESHOLD_UTILISATION * c for c in capacities])
     weights = capacities * np.exp(load_skew * rng.standard_normal(participants))
     total = overload * float(thresholds.sum())
     loads = total * weights / weights.sum()
