@@ -2,11 +2,13 @@
 
 Per tick (Borealis SIGMOD 2005, sections 4-5):
 
-- STABLE: release stable buckets, process them, send STABLE rows and the output BOUNDARY, and
-  checkpoint after each one (the operator state, cheap here; the last all-stable checkpoint is
-  what reconciliation restores).
+- STABLE: release stable buckets, process them, send STABLE rows and the output BOUNDARY. The
+  checkpoint is taken lazily: just before the first tentative bucket (Borealis: "the node
+  checkpoints its state before processing the first tentative bucket"), or when someone reads
+  ``checkpoint`` (passive standby ships it). Snapshotting after every bucket would cost
+  O(state) per bucket for nothing.
 - The first bucket released tentatively moves the node to UP_FAILURE; from then on its output is
-  tentative (its state has diverged) and no checkpoint is taken.
+  tentative (its state has diverged) and the checkpoint stays the last all-stable one.
 - Once every bucket released since the checkpoint has become stable (the failure healed and the
   missing input arrived from the upstream logs), the node asks for permission to reconcile
   (replicas of a fragment never reconcile at the same time, so one keeps serving), then enters
@@ -19,7 +21,6 @@ Per tick (Borealis SIGMOD 2005, sections 4-5):
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -65,7 +66,7 @@ class DPCNode:
         )
         self.soutput = SOutput()
         self.state = NodeState.STABLE
-        self.checkpoint = Checkpoint(start_bucket, copy.deepcopy(operator.snapshot()))
+        self._checkpoint = Checkpoint(start_bucket, operator.snapshot())
         self._request = request_permission or (lambda _name: True)
         self._release = release_permission or (lambda _name: None)
         self.replay_per_tick = replay_per_tick
@@ -83,10 +84,27 @@ class DPCNode:
             self.history.append((new, now))
         self.state = new
 
+    @property
+    def checkpoint(self) -> Checkpoint:
+        """The last all-stable checkpoint; while STABLE, the current state."""
+        if (
+            self.state is NodeState.STABLE
+            and self._checkpoint.next_bucket != self.sunion.next_bucket
+        ):
+            self._take_checkpoint()
+        return self._checkpoint
+
+    @property
+    def replay_point(self) -> int:
+        """The first bucket a replacement would have to redo (cheap: takes no checkpoint)."""
+        if self.state is NodeState.STABLE:
+            return self.sunion.next_bucket
+        return self._checkpoint.next_bucket
+
     def restore(self, checkpoint: Checkpoint) -> None:
         """Install a shipped checkpoint (failover): resume after its last stable bucket."""
-        self.operator.restore(copy.deepcopy(checkpoint.state))
-        self.checkpoint = checkpoint
+        self.operator.restore(checkpoint.state)
+        self._checkpoint = checkpoint
         self.sunion.next_bucket = checkpoint.next_bucket
 
     # -- input -------------------------------------------------------------------------------
@@ -95,14 +113,13 @@ class DPCNode:
 
     # -- processing --------------------------------------------------------------------------
     def _healed(self) -> bool:
-        released = range(self.checkpoint.next_bucket, self.sunion.next_bucket)
+        released = range(self._checkpoint.next_bucket, self.sunion.next_bucket)
         return all(self.sunion.stable_ready(b) for b in released)
 
     def _take_checkpoint(self) -> None:
-        self.checkpoint = Checkpoint(
-            self.sunion.next_bucket, copy.deepcopy(self.operator.snapshot())
-        )
-        self.sunion.trim(self.checkpoint.next_bucket)
+        # snapshot() returns an independent copy (the Operator contract): no deepcopy here.
+        self._checkpoint = Checkpoint(self.sunion.next_bucket, self.operator.snapshot())
+        self.sunion.trim(self._checkpoint.next_bucket)
 
     def _process_stable(self, bucket: Bucket) -> list[Message]:
         rows = self.operator.process(bucket.number, bucket.rows)
@@ -121,7 +138,8 @@ class DPCNode:
         if self._replay_next >= self._replay_end:
             out.extend(self.soutput.rec_done())
             self._fire(NodeEvent.RECONCILED, now)
-            self._take_checkpoint()
+            # Stable again: the redone input is no longer needed; the checkpoint is lazy.
+            self.sunion.trim(self.sunion.next_bucket)
             self._release(self.name)
         return out
 
@@ -133,9 +151,9 @@ class DPCNode:
         if self.state is NodeState.UP_FAILURE and self._healed() and self._request(self.name):
             self._fire(NodeEvent.HEALED, now)
             self.reconciliations += 1
-            self._replay_next = self.checkpoint.next_bucket
+            self._replay_next = self._checkpoint.next_bucket
             self._replay_end = self.sunion.next_bucket
-            self.operator.restore(copy.deepcopy(self.checkpoint.state))
+            self.operator.restore(self._checkpoint.state)
             out.extend(self.soutput.begin_corrections())
             out.extend(self._replay(now))
         if self.state is NodeState.STABILIZATION:
@@ -146,8 +164,12 @@ class DPCNode:
                 break
             if bucket.stable and self.state is NodeState.STABLE:
                 out.extend(self._process_stable(bucket))
-                self._take_checkpoint()
+                # A stable node never redoes processed buckets: drop their rows.
+                self.sunion.trim(self.sunion.next_bucket)
                 continue
+            if self.state is NodeState.STABLE:
+                # Entering UP_FAILURE: checkpoint the state as of the bucket before this one.
+                self._checkpoint = Checkpoint(bucket.number, self.operator.snapshot())
             if not bucket.stable:
                 self.tentative_buckets += 1
             self._fire(NodeEvent.TENTATIVE_INPUT, now)

@@ -20,10 +20,13 @@ class Operator(Protocol):
         ...
 
     def snapshot(self) -> Any:
-        """The state, JSON-able (a checkpoint)."""
+        """The state, JSON-able (a checkpoint), sharing nothing mutable with the operator."""
         ...
 
-    def restore(self, snapshot: Any) -> None: ...
+    def restore(self, snapshot: Any) -> None:
+        """Adopt a snapshot's state without keeping references into it (a checkpoint may be
+        restored more than once)."""
+        ...
 
 
 class Passthrough:

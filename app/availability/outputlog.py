@@ -45,14 +45,28 @@ class OutputLog:
                 self.boundary = message.stime
             self._messages.append(message)
 
-    def read(self, from_seq: int, limit: int | None = None) -> tuple[list[Message], int]:
+    def read(
+        self, from_seq: int, limit: int | None = None, *, after: Key | None = None
+    ) -> tuple[list[Message], int]:
+        """Messages from position ``from_seq``; with ``after`` (the key of the last stable row
+        the reader holds), rows at or before it are left out: a consumer that switched to a
+        replica that was behind it gets that replica's stream from where the consumer is,
+        never a row twice (Borealis: the downstream says where it is, the upstream sends
+        from there)."""
         if from_seq < self._first_seq:
             raise KeyError(
                 f"output log: position {from_seq} was trimmed (first kept: {self._first_seq})"
             )
         start = from_seq - self._first_seq
         end = len(self._messages) if limit is None else min(len(self._messages), start + limit)
-        return self._messages[start:end], self._first_seq + end
+        messages = self._messages[start:end]
+        if after is not None:
+            messages = [
+                m
+                for m in messages
+                if m.row is None or m.kind is Kind.TENTATIVE or m.row.key > after
+            ]
+        return messages, self._first_seq + end
 
     def resync(self, after: Key | None) -> tuple[list[Message], int]:
         """Stable rows after ``after``, the boundary, then the current tentative suffix."""

@@ -133,7 +133,7 @@ def simulate(
             for message in messages:
                 view.apply(message, now)
         elif selector.current is not None and not down(f"{selector.current}->out", now):
-            messages, position = logs[selector.current].read(position)
+            messages, position = logs[selector.current].read(position, after=view.last_key)
             for message in messages:
                 view.apply(message, now)
         now += tick_ms

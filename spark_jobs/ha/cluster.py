@@ -123,6 +123,12 @@ class Cluster:
         self.procs[name].send_signal(signal.SIGKILL)
         self.procs[name].wait(timeout=5)
 
+    def cpu_seconds(self, name: str) -> float:
+        """User + system CPU time the node's process has used so far (Linux /proc)."""
+        fields = Path(f"/proc/{self.procs[name].pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = int(fields[11]) + int(fields[12])
+        return ticks / os.sysconf("SC_CLK_TCK")
+
     def alive(self, name: str) -> bool:
         return self.procs[name].poll() is None
 

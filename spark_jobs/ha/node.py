@@ -364,7 +364,7 @@ class HANode:
             if switch is not None:
                 messages, position = client.resync(OUT, link.last_key)
             else:
-                messages, position = client.read(OUT, link.position)
+                messages, position = client.read(OUT, link.position, link.last_key)
         except Exception:
             link.read_errors += 1
             if switch is not None:
@@ -380,7 +380,7 @@ class HANode:
         assert self.node is not None
         # What a replacement would need replayed: from the checkpoint, or from the oldest open
         # window (upstream backup rebuilds state from empty).
-        floor = self.node.checkpoint.next_bucket * self.bucket_ms
+        floor = self.node.replay_point * self.bucket_ms
         windows = getattr(self.node.operator, "windows", None)
         if windows:
             floor = min(floor, min(windows))

@@ -361,32 +361,62 @@ def run_tentative(t: Timings, workdir: Path) -> dict[str, Any]:
 
 
 # -- crash ----------------------------------------------------------------------------------
+def _crash_configs(t: Timings, cluster: Cluster, technique: str) -> dict[str, dict[str, Any]]:
+    """A -> B (windowed counts, stateful) -> C, with B2 as B's backup under ``technique``
+    ("none": no backup at all, the baseline for runtime overhead)."""
+    window = {"type": "window_count", "window_ms": t.window_ms}
+    a = {"a": {"A": cluster.location("A")}}
+    b_replicas = {"B": cluster.location("B")}
+    consumers = ["B"] if technique == "none" else ["B", "B2"]
+    configs: dict[str, dict[str, Any]] = {"A": _source("a", t, consumers)}
+    if technique == "passive_standby":
+        configs["B"] = _fragment(
+            t,
+            window,
+            a,
+            fragment="B",
+            checkpoint_to=cluster.location("B2"),
+            checkpoint_every_ms=t.checkpoint_every_ms,
+        )
+    else:
+        configs["B"] = _fragment(t, window, a, fragment="B")
+    if technique == "active_standby":
+        configs["B2"] = _fragment(t, window, a, fragment="B")
+        b_replicas["B2"] = cluster.location("B2")
+    elif technique != "none":
+        configs["B2"] = {**_fragment(t, window, a, fragment="B"), "role": "standby"}
+    configs["C"] = _fragment(t, {"type": "passthrough"}, {"b": b_replicas})
+    return configs
+
+
+def run_steady(t: Timings, workdir: Path, technique: str) -> dict[str, Any]:
+    """No failure: what a technique costs while all is well (CPU of every node process over
+    the run, and C's latency), to compare with ``technique="none"`` in the same run."""
+    if technique not in ("none", *TECHNIQUES):
+        raise ValueError(f"steady: technique must be none or one of {TECHNIQUES}")
+    with Cluster(workdir, startup_seconds=t.startup_s) as cluster:
+        configs = _crash_configs(t, cluster, technique)
+        cluster.start(configs)
+        start_cpu = {name: cluster.cpu_seconds(name) for name in configs}
+        cluster.sleep_until(t.duration_ms)
+        cpu = {name: cluster.cpu_seconds(name) - start_cpu[name] for name in configs}
+        status = cluster.status("C", full=True)
+    latency = _latencies(status, t, None)
+    return {
+        "technique": technique,
+        "cpu_seconds": cpu,
+        "total_cpu_seconds": sum(cpu.values()),
+        "median_latency_ms": latency["baseline_latency_ms"],
+        "rows_out": len(status["first_emit"]),
+    }
+
+
 def run_crash(t: Timings, workdir: Path, technique: str) -> dict[str, Any]:
     if technique not in TECHNIQUES:
         raise ValueError(f"crash: technique must be one of {TECHNIQUES}, got {technique!r}")
-    window = {"type": "window_count", "window_ms": t.window_ms}
     coordinator = InMemoryCoordinator({"B": "B"})
     with Cluster(workdir, startup_seconds=t.startup_s) as cluster:
-        a = {"a": {"A": cluster.location("A")}}
-        b_replicas = {"B": cluster.location("B")}
-        configs: dict[str, dict[str, Any]] = {"A": _source("a", t, ["B", "B2"])}
-        if technique == "passive_standby":
-            configs["B"] = _fragment(
-                t,
-                window,
-                a,
-                fragment="B",
-                checkpoint_to=cluster.location("B2"),
-                checkpoint_every_ms=t.checkpoint_every_ms,
-            )
-        else:
-            configs["B"] = _fragment(t, window, a, fragment="B")
-        if technique == "active_standby":
-            configs["B2"] = _fragment(t, window, a, fragment="B")
-            b_replicas["B2"] = cluster.location("B2")
-        else:
-            configs["B2"] = {**_fragment(t, window, a, fragment="B"), "role": "standby"}
-        configs["C"] = _fragment(t, {"type": "passthrough"}, {"b": b_replicas})
+        configs = _crash_configs(t, cluster, technique)
         cluster.start(configs)
         cluster.sleep_until(t.fail_at_ms)
         boundary_before = cluster.status("C")["inputs"]["b"]["boundary"] or 0

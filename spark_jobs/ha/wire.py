@@ -3,7 +3,8 @@
 ``HAServer`` extends the runtime's ``StreamServer`` (so a host keeps one Flight endpoint, and the
 checkpoint inbox used by the movement path serves passive standby too) with:
 
-- DoGet ``{"op": "dpc_read", "stream", "from"}``: the messages of an output log from a position;
+- DoGet ``{"op": "dpc_read", "stream", "from", "after"?}``: the messages of an output log from a
+  position, leaving out stable rows at or before the reader's last key;
 - DoGet ``{"op": "dpc_resync", "stream", "after": [stime, tid] | null}``: stable rows after a key,
   the boundary, then the current tentative suffix (a consumer switching to this replica);
   both answer a table (kind, stime, tid, payload JSON) whose schema metadata holds ``next_seq``;
@@ -108,7 +109,9 @@ class HAServer(StreamServer):
         with self.dpc_lock:
             try:
                 if op == "dpc_read":
-                    messages, next_seq = log.read(int(request["from"]))
+                    after = request.get("after")
+                    key = (int(after[0]), str(after[1])) if after else None
+                    messages, next_seq = log.read(int(request["from"]), after=key)
                 else:
                     after = request.get("after")
                     key = (int(after[0]), str(after[1])) if after else None
@@ -199,8 +202,17 @@ class HAClient:
             self.close()
             raise
 
-    def read(self, stream: str, position: int) -> tuple[list[Message], int]:
-        return self._get_table({"op": "dpc_read", "stream": stream, "from": position})
+    def read(
+        self, stream: str, position: int, after: tuple[int, str] | None = None
+    ) -> tuple[list[Message], int]:
+        return self._get_table(
+            {
+                "op": "dpc_read",
+                "stream": stream,
+                "from": position,
+                "after": list(after) if after else None,
+            }
+        )
 
     def resync(self, stream: str, after: tuple[int, str] | None) -> tuple[list[Message], int]:
         return self._get_table(

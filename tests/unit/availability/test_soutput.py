@@ -79,3 +79,11 @@ def test_log_trims_only_what_every_consumer_acknowledged() -> None:
     with pytest.raises(KeyError, match="trimmed"):
         log.read(0)
     assert [m.stime for m in log.read(1)[0]] == [2, 3]
+
+
+def test_log_read_from_a_consumer_ahead_skips_what_it_holds() -> None:
+    log = OutputLog()
+    log.append([Message.stable(r) for r in rows(1, 2, 3)] + [Message.boundary(4)])
+    messages, position = log.read(0, after=(2, "r2"))
+    assert [(m.kind, m.stime) for m in messages] == [(Kind.STABLE, 3), (Kind.BOUNDARY, 4)]
+    assert position == 4
