@@ -110,7 +110,10 @@ def sweep_summary(sweep: GridSweep, results: pd.DataFrame, wall: float) -> dict[
     ratios = ok["cost_ratio"].dropna()
 
     def mean(column: str) -> float | None:
-        values = pd.to_numeric(ok[column], errors="coerce").dropna()
+        # Over finite values: one run ending with a node past capacity (infinite M/M/1 cost)
+        # would otherwise make the mean infinite; such runs are counted separately.
+        values = pd.to_numeric(ok[column], errors="coerce").astype(float)
+        values = values[np.isfinite(values)]
         return float(values.mean()) if len(values) else None
 
     acceptable = ok["acceptable"].astype(bool)
@@ -131,6 +134,7 @@ def sweep_summary(sweep: GridSweep, results: pd.DataFrame, wall: float) -> dict[
         "cost": mean("cost"),
         "cost_lower_bound": mean("cost_lower_bound"),
         "cost_ratio_median": float(ratios.median()) if len(ratios) else None,
+        "runs_with_infinite_cost": int((~np.isfinite(ok["cost"].astype(float))).sum()),
         # Per-participant figures belong to one federation; a sweep has thousands of them.
         "final_load": {},
         "thresholds": {},
