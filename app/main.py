@@ -15,6 +15,7 @@ from app.contracts.endpoints import router as contracts_router
 from app.db.session import session_factory
 from app.errors import DomainError
 from app.movements.endpoints import router as movements_router
+from app.movements.replica_endpoints import router as replicas_router
 from app.offers.endpoints import router as offers_router
 from app.participants.endpoints import router as participants_router
 from app.settings import Settings, get_settings
@@ -103,6 +104,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(tasks_router)
     app.include_router(offers_router)
     app.include_router(movements_router)
+    app.include_router(replicas_router)
 
     @app.get("/healthz", tags=["service"])
     def healthz() -> dict[str, str]:

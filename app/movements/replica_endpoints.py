@@ -1,0 +1,51 @@
+"""/v1/replicas and /v1/tasks/{name}/replicas: replica placement and state."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, status
+
+from app.auth.dependencies import CurrentPrincipal, SessionDep, SettingsDep
+from app.movements import replicas
+from app.movements.replica_schemas import ReplicaCreate, ReplicaRead, ReplicaStateUpdate
+from app.participants import repository as participants
+from app.participants import service as participant_service
+
+router = APIRouter(tags=["availability"])
+
+
+@router.post(
+    "/v1/tasks/{name}/replicas",
+    response_model=list[ReplicaRead],
+    status_code=status.HTTP_201_CREATED,
+)
+def place(
+    name: str, body: ReplicaCreate, me: CurrentPrincipal, session: SessionDep
+) -> list[ReplicaRead]:
+    """Give a task k replicas in total, on partners whose contracts allow replica hosting
+    (never two on one participant); each replica's load is paid like hosted load."""
+    created = replicas.place(session, me, name, body.k, body.technique)
+    return replicas.to_read(session, created)
+
+
+@router.get("/v1/replicas", response_model=list[ReplicaRead])
+def list_replicas(
+    me: CurrentPrincipal, session: SessionDep, settings: SettingsDep
+) -> list[ReplicaRead]:
+    """Replicas with their DPC state (FAILED when the host stopped heartbeating): all of them
+    for an admin, else those you host or whose task you own."""
+    participant_service.refresh_liveness(
+        session,
+        participants.all_participants(session),
+        interval_seconds=settings.heartbeat_interval_seconds,
+        misses=settings.heartbeat_misses,
+    )
+    return replicas.to_read(session, replicas.visible(session, me))
+
+
+@router.put("/v1/replicas/{task}/state", response_model=ReplicaRead)
+def report_state(
+    task: str, body: ReplicaStateUpdate, me: CurrentPrincipal, session: SessionDep
+) -> ReplicaRead:
+    """The hosting agent reports its replica's DPC state (STABLE, UP_FAILURE, STABILIZATION)."""
+    replica = replicas.report_state(session, me, task, body.state)
+    return replicas.to_read(session, [replica])[0]

@@ -1,0 +1,216 @@
+"""Replicas of tasks: placement as priced load, DPC state reports, payments.
+
+Placement is decided by the pure engine (``app.availability.place_replicas``); this module only
+translates rows in and out. A replica's load is paid like any other hosted load: the owner pays
+the host under their contract, per unit load per second, at the contract's minimum price (the
+replica is requested, not negotiated offer by offer; the minimum is what the host accepted).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.audit import service as audit
+from app.auth.principal import Principal
+from app.availability import PlacementError, ReplicaCandidate, place_replicas
+from app.contracts import service as contracts
+from app.db.base import utcnow
+from app.errors import Conflict, Forbidden, InvalidInput, NotFound
+from app.models import Contract, ContractStatus, Participant, Replica, ReplicaTechnique, Task
+from app.movements.replica_schemas import ReplicaRead
+
+
+def _task(session: Session, name: str) -> Task:
+    task = session.scalar(select(Task).where(Task.name == name))
+    if task is None:
+        raise NotFound(f"no task named {name!r}", field="task")
+    return task
+
+
+def _hosted_load(session: Session, participant_id: int) -> float:
+    tasks = session.scalar(
+        select(func.coalesce(func.sum(Task.load), 0.0)).where(Task.host_id == participant_id)
+    )
+    replicas = session.scalar(
+        select(func.coalesce(func.sum(Replica.load), 0.0)).where(
+            Replica.participant_id == participant_id
+        )
+    )
+    return float(tasks or 0.0) + float(replicas or 0.0)
+
+
+def _active_contracts(session: Session, owner_id: int) -> dict[int, Contract]:
+    """The owner's active contracts, by partner id."""
+    rows = session.scalars(
+        select(Contract).where(
+            (Contract.proposer_id == owner_id) | (Contract.partner_id == owner_id),
+            Contract.status == ContractStatus.active,
+        )
+    )
+    out: dict[int, Contract] = {}
+    for contract in rows:
+        partner = contract.partner_id if contract.proposer_id == owner_id else contract.proposer_id
+        out[partner] = contract
+    return out
+
+
+def place(
+    session: Session,
+    principal: Principal,
+    task_name: str,
+    k: int,
+    technique: ReplicaTechnique,
+) -> list[Replica]:
+    """Give the task ``k`` replicas in total on eligible partners; returns the new ones."""
+    task = _task(session, task_name)
+    if not principal.is_admin and principal.participant_id != task.owner_id:
+        raise Forbidden(f"only the owner of {task_name!r} places its replicas", field="task")
+    existing = list(session.scalars(select(Replica).where(Replica.task_id == task.id)))
+    by_partner = _active_contracts(session, task.owner_id)
+    people = {p.id: p for p in session.scalars(select(Participant))}
+    candidates = [
+        ReplicaCandidate(
+            participant=people[pid].name,
+            hosts_replicas=contract.replica_hosting,
+            load=_hosted_load(session, pid),
+            capacity=people[pid].capacity,
+            price=contract.price_min,
+        )
+        for pid, contract in sorted(by_partner.items())
+    ]
+    try:
+        placement = place_replicas(
+            task.name,
+            task_load=task.load,
+            k=k,
+            primary_host=people[task.host_id].name,
+            candidates=candidates,
+            existing=[people[r.participant_id].name for r in existing],
+        )
+    except PlacementError as error:
+        raise Conflict(str(error), field="k") from error
+    ids = {p.name: p.id for p in people.values()}
+    created = []
+    now = utcnow()
+    for host in placement.hosts:
+        contract = by_partner[ids[host]]
+        replica = Replica(
+            task_id=task.id,
+            participant_id=ids[host],
+            contract_id=contract.id,
+            technique=technique,
+            load=task.load,
+            price=contract.price_min,
+            state="STABLE",
+            state_at=now,
+            accrued_at=now,
+        )
+        session.add(replica)
+        created.append(replica)
+    session.flush()
+    for replica in created:
+        audit.record(
+            session,
+            actor=principal.actor,
+            action="replica.placed",
+            entity_type="task",
+            entity_id=task.id,
+            detail={"host": people[replica.participant_id].name, "technique": technique.value},
+        )
+    return created
+
+
+def accrue(session: Session, replica: Replica, now: datetime) -> float:
+    """Charge the owner for the replica's load since the last charge (0 without a contract)."""
+    seconds = (now - replica.accrued_at).total_seconds()
+    contract = session.get(Contract, replica.contract_id) if replica.contract_id else None
+    task = session.get(Task, replica.task_id)
+    replica.accrued_at = now
+    if (
+        seconds <= 0
+        or contract is None
+        or task is None
+        or contract.status is not ContractStatus.active
+        or replica.load <= 0
+        or replica.price is None
+    ):
+        return 0.0
+    entry = contracts.accrue(
+        session,
+        contract,
+        payer_id=task.owner_id,
+        payee_id=replica.participant_id,
+        load=replica.load,
+        price=replica.price,
+        seconds=seconds,
+        task_id=task.id,
+    )
+    entry.kind = "replica"
+    return entry.amount
+
+
+def report_state(session: Session, principal: Principal, task_name: str, state: str) -> Replica:
+    """The hosting participant reports its replica's DPC state (and is paid up to now)."""
+    if principal.participant_id is None:
+        raise InvalidInput("only the hosting participant reports a replica's state", field="state")
+    task = _task(session, task_name)
+    replica = session.scalar(
+        select(Replica).where(
+            Replica.task_id == task.id, Replica.participant_id == principal.participant_id
+        )
+    )
+    if replica is None:
+        raise NotFound(f"you host no replica of {task_name!r}", field="task")
+    now = utcnow()
+    accrue(session, replica, now)
+    if replica.state != state:
+        audit.record(
+            session,
+            actor=principal.actor,
+            action="replica.state",
+            entity_type="task",
+            entity_id=task.id,
+            detail={"from": replica.state, "to": state},
+        )
+        replica.state = state
+        replica.state_at = now
+    session.flush()
+    return replica
+
+
+def visible(session: Session, principal: Principal) -> list[Replica]:
+    """Every replica for an admin; for a participant, those it hosts or whose task it owns."""
+    query = select(Replica).order_by(Replica.task_id, Replica.id)
+    if principal.participant_id is not None:
+        owned = select(Task.id).where(Task.owner_id == principal.participant_id)
+        query = query.where(
+            (Replica.participant_id == principal.participant_id) | Replica.task_id.in_(owned)
+        )
+    return list(session.scalars(query))
+
+
+def to_read(session: Session, replicas: list[Replica]) -> list[ReplicaRead]:
+    people = {p.id: p for p in session.scalars(select(Participant))}
+    tasks = {t.id: t.name for t in session.scalars(select(Task))}
+    out = []
+    for r in replicas:
+        host = people[r.participant_id]
+        out.append(
+            ReplicaRead(
+                id=r.id,
+                task=tasks[r.task_id],
+                host=host.name,
+                technique=r.technique,
+                load=r.load,
+                price=r.price,
+                contract_id=r.contract_id,
+                state="FAILED" if host.liveness == "failed" else r.state,
+                reported_state=r.state,
+                host_liveness=host.liveness,
+                state_at=r.state_at,
+            )
+        )
+    return out
