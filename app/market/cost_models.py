@@ -67,12 +67,24 @@ def set_marginal_cost(
 def threshold_for_price(model: CostModel, price: float) -> float:
     """The capacity threshold a price implies: the load T with MC(T) = price.
 
-    Solved with Brent's method on MC(L) - price, which is increasing because D is convex. When
-    even the first unit costs more than ``price`` the threshold is 0; when MC never reaches it
-    (a model with bounded slope) the search stops at 64 times the capacity.
+    Solved with SciPy's Brent's method on MC(L) - price (``threshold_by_root``), except for the
+    M/M/1 model whose closed form C (1 - sqrt(scale / (C p))) is exact. When even the first unit
+    costs more than ``price`` the threshold is 0; when MC never reaches it (a model with bounded
+    slope) the search stops at 64 times the capacity.
     """
     if not math.isfinite(price) or price <= model.derivative(0.0):
         return 0.0 if math.isfinite(price) else math.inf
+    if isinstance(model, MM1Cost):
+        # Closed form, for speed in sweeps (the lower bound nests this inside a root search);
+        # tests check it against the root finder below.
+        return model.capacity * (1.0 - math.sqrt(model.scale / (model.capacity * price)))
+    return threshold_by_root(model, price)
+
+
+def threshold_by_root(model: CostModel, price: float) -> float:
+    """MC(T) = price by Brent's method; MC is increasing because D is convex."""
+    if price <= model.derivative(0.0):
+        return 0.0
 
     def excess(load: float) -> float:
         mc = model.derivative(load)

@@ -16,6 +16,7 @@ from app.market.cost_models import (
     build_cost_model,
     marginal_cost,
     set_marginal_cost,
+    threshold_by_root,
     threshold_for_price,
 )
 
@@ -34,7 +35,9 @@ def test_mm1_cost_and_marginal_cost_match_borealis() -> None:
 def test_mm1_threshold_matches_closed_form(price: float) -> None:
     # dD/dL = 1 / (C (1 - u)^2) = p  =>  L = C (1 - sqrt(1 / (C p))).
     m = MM1Cost(capacity=100)
-    assert threshold_for_price(m, price) == pytest.approx(100 * (1 - math.sqrt(1 / (100 * price))))
+    expected = 100 * (1 - math.sqrt(1 / (100 * price)))
+    assert threshold_for_price(m, price) == pytest.approx(expected)
+    assert threshold_by_root(m, price) == pytest.approx(expected, rel=1e-9)
 
 
 def test_threshold_below_first_unit_is_zero() -> None:
