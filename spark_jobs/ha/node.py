@@ -29,6 +29,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,9 @@ class HANode:
         self.node: DPCNode | None = None
         self.links: dict[str, InputLink] = {}
         self.first_emit: dict[Key, int] = {}
+        # When each TENTATIVE row was sent (a report splits them at the heal).
+        self.tentative_emits: list[int] = []
+        self.errors = 0
         self.events: list[dict[str, Any]] = []
         self._shipped = 0
         self._shipped_floor: int | None = None
@@ -196,6 +200,8 @@ class HANode:
             "state": self.heartbeat()["state"],
             "boundary": log.boundary,
             "events": self.events,
+            "errors": self.errors,
+            "tentative_emits": self.tentative_emits,
             "inputs": {
                 s: {
                     "current": link.selector.current,
@@ -356,7 +362,11 @@ class HANode:
         ):
             # A silent replica would make the read wait for its timeout and stall the loop.
             return
-        location = link.replicas[current]
+        location = link.replicas.get(current)
+        if location is None:
+            # Removed by the registry (fenced); the selector picks among the others next loop.
+            link.selector.current = None
+            return
         client = link.readers.get(current)
         if client is None or client.location != location:
             client = link.readers[current] = HAClient(location, timeout=0.15)
@@ -428,6 +438,23 @@ class HANode:
         self.server.append(OUT, messages)
         return sent
 
+    def _step(self, rows: list[Any], sent: int, now: int) -> int:
+        if self.role == "source":
+            return self._source_step(rows, sent, now)
+        if self.node is None or now < 0:
+            return sent
+        for link in self.links.values():
+            self._pull(link, now)
+        out = self.node.tick(now)
+        for message in out:
+            if message.row is not None and message.kind in (Kind.STABLE, Kind.TENTATIVE):
+                self.first_emit.setdefault(message.row.key, now)
+                if message.kind is Kind.TENTATIVE:
+                    self.tentative_emits.append(now)
+        self.server.append(OUT, out)
+        self._ack_and_ship(now)
+        return sent
+
     def run(self) -> None:
         beat = threading.Thread(target=self._heartbeats, daemon=True)
         beat.start()
@@ -445,20 +472,13 @@ class HANode:
             began = time.monotonic()
             now = self.now_ms()
             with self.lock:
-                if self.role == "source":
-                    sent = self._source_step(rows, sent, now)
-                elif self.node is not None and now >= 0:
-                    for link in self.links.values():
-                        self._pull(link, now)
-                    out = self.node.tick(now)
-                    for message in out:
-                        if message.row is not None and message.kind in (
-                            Kind.STABLE,
-                            Kind.TENTATIVE,
-                        ):
-                            self.first_emit.setdefault(message.row.key, now)
-                    self.server.append(OUT, out)
-                    self._ack_and_ship(now)
+                try:
+                    sent = self._step(rows, sent, now)
+                except Exception:
+                    # A bug or a surprise in one loop must not kill the node silently: log it
+                    # (the scenario keeps the node logs) and carry on with the next loop.
+                    self.errors += 1
+                    traceback.print_exc()
             time.sleep(max(0.0, self.loop_s - (time.monotonic() - began)))
         self.server.shutdown()
 

@@ -268,8 +268,10 @@ def run_partition(t: Timings, workdir: Path) -> dict[str, Any]:
         "corrections": view.corrections,
         "input_duplicates": link["duplicates"],
         **_latencies(status, t, failure_at),
+        "consumer_loop_errors": status["errors"],
         "checks": {
             "output_matches_reference": bool(expected) and got == expected,
+            "consumer_loop_without_errors": status["errors"] == 0,
             "switched_to_replica": len(moved) == 1,
             "stayed_with_replica_after_heal": link["current"] == "R",
             "no_duplicates": link["duplicates"] == 0 and view.duplicates == 0,
@@ -342,14 +344,19 @@ def run_tentative(t: Timings, workdir: Path) -> dict[str, Any]:
         "strategy": t.strategy,
         "switches": _switches("C", status),
         "tentative_tuples": view.tentative_total,
+        # Sent while the link was cut; the rest came from a replica waiting for its turn to
+        # reconcile (it keeps processing, tentatively, until its peer is done).
+        "tentative_before_heal": sum(1 for at in status["tentative_emits"] if at <= heal_at),
         "corrections": view.corrections,
         "undos": view.undos,
         "rec_dones": view.rec_dones,
         "stabilizations": {"C": ours, "C2": theirs},
         "history": {"C": status["history"], "C2": status2["history"]},
         **latency,
+        "consumer_loop_errors": status["errors"],
         "checks": {
             "output_matches_reference": bool(expected) and got == expected,
+            "consumer_loop_without_errors": status["errors"] == 0,
             "tentative_results_during_failure": view.tentative_total > 0,
             "added_latency_within_max_delay": (latency["max_added_latency_ms"] or 0)
             <= t.max_delay_ms,
@@ -495,8 +502,10 @@ def run_crash(t: Timings, workdir: Path, technique: str) -> dict[str, Any]:
         "corrections": view.corrections,
         "input_duplicates": link["duplicates"],
         **_latencies(status, t, failure_at),
+        "consumer_loop_errors": status["errors"],
         "checks": {
             "output_matches_reference": bool(expected) and got == expected,
+            "consumer_loop_without_errors": status["errors"] == 0,
             "no_duplicates": link["duplicates"] == 0 and view.duplicates == 0,
             "failover_committed": coordinator.host("B") == "B2" and epoch == 1,
             "consumer_on_new_host": link["current"] == "B2",
