@@ -1,6 +1,6 @@
 """What-if benchmark: sweep throughput, the 100,000-participant federation, and BPM's quality.
 
-python -m bench.whatif.run [--participants 12] [--seeds 40] [--large 100000] [--json FILE]
+python -m bench.whatif.run [--participants 24] [--seeds 40] [--large 100000] [--json FILE]
 
 1. Sweep throughput. One sweep of generated federations (k = 1..10 x price-range widths
    0, 5, 10, 15, 20% x seeds; 2,000 simulations by default) run twice in the same process: one
@@ -24,6 +24,7 @@ import json
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import threading
@@ -74,28 +75,52 @@ def _progress(label: str, total: int) -> Any:
     return report
 
 
-def bench_sweep(spark: Any, sweep: GridSweep) -> tuple[dict[str, Any], pd.DataFrame]:
+def _load_average() -> float:
+    return os.getloadavg()[0]
+
+
+def bench_sweep(spark: Any, sweep: GridSweep, repeats: int) -> tuple[dict[str, Any], pd.DataFrame]:
+    """Interleaved runs (in-process, Spark, in-process, Spark, ...): the machine is shared, and
+    interleaving exposes both paths to the same background load; medians are compared."""
     warm = quality_sweep(sweep.row(0)["participants"], 1, sweep.max_steps or 600)
     run_on_spark(spark, GridSweep(warm.name, "", warm.axes, (0,), warm.max_steps))
-    began = time.perf_counter()
-    local = run_in_process(sweep, _progress("in-process", sweep.size))
-    local_s = time.perf_counter() - began
-    began = time.perf_counter()
-    on_spark = run_on_spark(spark, sweep, _progress("spark", sweep.size))
-    spark_s = time.perf_counter() - began
+    runs: list[dict[str, float]] = []
     identical = True
-    try:
-        pd.testing.assert_frame_equal(local, on_spark)
-    except AssertionError:
-        identical = False
+    on_spark = local = pd.DataFrame()
+    for repeat in range(repeats):
+        load_before = _load_average()
+        began = time.perf_counter()
+        local = run_in_process(sweep, _progress(f"in-process #{repeat + 1}", sweep.size))
+        local_s = time.perf_counter() - began
+        began = time.perf_counter()
+        on_spark = run_on_spark(spark, sweep, _progress(f"spark #{repeat + 1}", sweep.size))
+        spark_s = time.perf_counter() - began
+        runs.append(
+            {
+                "in_process_s": local_s,
+                "spark_s": spark_s,
+                "ratio": local_s / spark_s,
+                "load_average_before": load_before,
+                "load_average_after": _load_average(),
+            }
+        )
+        print(f"  run {repeat + 1}: in-process {local_s:.1f} s, Spark {spark_s:.1f} s", flush=True)
+        try:
+            pd.testing.assert_frame_equal(local, on_spark)
+        except AssertionError:
+            identical = False
+    local_s = statistics.median(r["in_process_s"] for r in runs)
+    spark_s = statistics.median(r["spark_s"] for r in runs)
     return (
         {
             "simulations": sweep.size,
+            "repeats": repeats,
             "in_process_s": local_s,
             "spark_s": spark_s,
             "in_process_per_s": sweep.size / local_s,
             "spark_per_s": sweep.size / spark_s,
             "ratio": local_s / spark_s,
+            "runs": runs,
             "identical_results": identical,
             "errors": int(on_spark["error"].notna().sum()),
         },
@@ -303,9 +328,10 @@ def machine() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--participants", type=int, default=12, help="per swept federation")
+    parser.add_argument("--participants", type=int, default=24, help="per swept federation")
     parser.add_argument("--seeds", type=int, default=40, help="seeds per (k, width)")
     parser.add_argument("--max-steps", type=int, default=600, help="steps per simulation")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved sweep runs per path")
     parser.add_argument("--large", type=int, default=100_000, help="participants, part 2")
     parser.add_argument("--large-k", type=int, default=10)
     parser.add_argument("--max-rounds", type=int, default=100)
@@ -322,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         print(f"sweep: {sweep.size} simulations", flush=True)
-        throughput, results = bench_sweep(spark, sweep)
+        throughput, results = bench_sweep(spark, sweep, args.repeats)
         print(
             f"sweep throughput: Spark local[2] {throughput['spark_per_s']:.1f} sims/s vs one "
             f"process {throughput['in_process_per_s']:.1f} sims/s: ratio "

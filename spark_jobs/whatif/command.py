@@ -45,10 +45,13 @@ def whatif(
 ) -> None:
     """Simulate a federation, a sweep of generated ones, or one very large federation.
 
-    \b
-    fedload whatif contracts/borealis-demo.yaml --out var/whatif/demo
-    fedload whatif contracts/sweeps/k-vs-width.yaml --out var/whatif/sweep
-    fedload whatif --large 100000 --k 10 --out var/whatif/large
+    One federation: fedload whatif contracts/borealis-demo.yaml --out var/reports/demo
+
+    A sweep (contracts/sweeps/README.md): fedload whatif contracts/sweeps/k-vs-width.yaml
+    --out var/reports/k-vs-width
+
+    One very large federation on Spark: fedload whatif --large 100000 --k 10
+    --out var/reports/large
 
     Writes DIR/summary.json (acceptable, steps_to_acceptable, moves, payments_total, cost,
     cost_lower_bound, final_load, thresholds), PNG plots and DIR/report.html; a sweep also

@@ -116,10 +116,22 @@ def run_in_process(sweep: GridSweep, progress: Progress | None = None) -> pd.Dat
     return _frame(records)
 
 
-def _simulate_partitions(sweep: GridSweep) -> Callable[[Iterator[pd.DataFrame]], Iterator[Any]]:
+def _simulate_partitions(
+    sweep: GridSweep, slices: int
+) -> Callable[[Iterator[pd.DataFrame]], Iterator[Any]]:
+    """Slot i of the range is simulation (i % block) * slices + i // block: task b runs
+    simulations b, b + slices, b + 2 slices, ... Consecutive ids share parameters (the seeds vary
+    fastest, k and the price range slowest), so striding spreads the costly corners of the grid
+    evenly over the tasks instead of handing them all to the last one."""
+    block = math.ceil(sweep.size / slices)
+
     def simulate_batches(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for batch in batches:
-            records = [simulate_row(sweep.row(int(i)), sweep.max_steps) for i in batch["id"]]
+            records = []
+            for slot in batch["id"]:
+                index = (int(slot) % block) * slices + int(slot) // block
+                if index < sweep.size:
+                    records.append(simulate_row(sweep.row(index), sweep.max_steps))
             yield _frame(records)
 
     return simulate_batches
@@ -132,15 +144,17 @@ def run_on_spark(
     *,
     partitions: int | None = None,
 ) -> pd.DataFrame:
-    """One Spark task per slice of simulation ids; results collected in id order.
+    """One Spark task per slice of simulations; results collected in id order.
 
-    Slices are small (about eight per core) so a slow federation does not leave the other cores
-    idle at the end, and so the progress bar, which counts finished tasks, moves smoothly.
+    A few slices per core: enough for the progress bar (which counts finished tasks) to move and
+    for a slow slice not to hold the others up, few enough that per-task overhead stays small
+    next to the simulations themselves.
     """
     context = spark.sparkContext
-    slices = partitions or max(1, min(sweep.size, context.defaultParallelism * 8))
-    ids = spark.range(0, sweep.size, numPartitions=slices)
-    results = ids.mapInPandas(_simulate_partitions(sweep), schema=RESULT_SCHEMA)
+    slices = partitions or max(1, min(sweep.size, context.defaultParallelism * 4))
+    # A range of exactly slices x block slots splits into one contiguous block per task.
+    ids = spark.range(0, slices * math.ceil(sweep.size / slices), numPartitions=slices)
+    results = ids.mapInPandas(_simulate_partitions(sweep, slices), schema=RESULT_SCHEMA)
     group = f"fedload-whatif-{sweep.name}-{time.monotonic_ns()}"
     context.setJobGroup(group, f"what-if sweep {sweep.name}")
     done = threading.Event()
