@@ -17,6 +17,7 @@ from typing import Protocol
 
 from app.agent.client import ApiError, FedloadClient
 from app.agent.decisions import ContractView, Decisions
+from app.agent.relay import plan_room, take_after_room
 
 log = logging.getLogger("fedload.agent")
 
@@ -44,6 +45,13 @@ class MoveEvent:
     movement_id: int
 
 
+@dataclass(frozen=True)
+class PendingRelay:
+    downstream_offer: int
+    partner: str
+    load_before: float
+
+
 @dataclass
 class AgentState:
     load: float = 0.0
@@ -53,6 +61,9 @@ class AgentState:
     last_offer_at: float = float("-inf")
     last_offer: tuple[int, str] | None = None  # (offer id, partner) of the latest offer made
     refused_at: dict[str, float] = field(default_factory=dict)  # partner -> when it last refused
+    offered_at: dict[str, float] = field(default_factory=dict)  # partner -> when it last shed to me
+    # upstream offer id -> the room-making relay under way for it (see app.agent.relay)
+    relays: dict[int, PendingRelay] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
 
@@ -103,19 +114,44 @@ class Agent:
         self.client.heartbeat(
             load=state.load, marginal_cost=_finite(state.marginal_cost), threshold=state.threshold
         )
-        self._answer_offers(now, loads)
+        self._answer_offers(now, tasks, loads, contracts, liveness)
         if now - state.last_offer_at >= self.offer_interval:
             state.last_offer_at = now
             self._maybe_offer(now, tasks, loads, contracts, liveness)
 
-    def _answer_offers(self, now: float, loads: dict[str, float]) -> None:
-        for offer in self.client.offers(status="open"):
-            if offer["to"] != self.name:
+    def _answer_offers(
+        self,
+        now: float,
+        tasks: list[dict],
+        loads: dict[str, float],
+        contracts: list[ContractView],
+        liveness: Mapping[str, str],
+    ) -> None:
+        offers = self.client.offers()
+        by_id = {o["id"]: o for o in offers}
+        for upstream in list(self.state.relays):
+            if by_id.get(upstream, {}).get("status") != "open":
+                del self.state.relays[upstream]  # withdrawn or decided elsewhere: stop waiting
+        for offer in offers:
+            if offer["to"] != self.name or offer["status"] != "open":
                 continue
+            self.state.offered_at[offer["from"]] = now
             offered = self._offered_loads(offer)
-            chosen = self.decisions.choose_accepted(
-                load=sum(loads.values()), offered=offered, price=offer["price"]
-            )
+            load = sum(loads.values())
+            relay = self.state.relays.get(offer["id"])
+            if relay is not None:
+                downstream = by_id.get(relay.downstream_offer)
+                if downstream is not None and downstream["status"] == "open":
+                    continue  # still making room; the upstream offer waits for it
+                chosen = self._take_after_relay(now, relay, downstream, load, offered, offer)
+            else:
+                chosen = self.decisions.choose_accepted(
+                    load=load, offered=offered, price=offer["price"]
+                )
+                if not chosen and self._start_relay(
+                    now, offer, offered, tasks, loads, contracts, liveness, by_id
+                ):
+                    continue
             try:
                 if not chosen:
                     self.client.reject(offer["id"], offer["version"])
@@ -126,6 +162,83 @@ class Agent:
                 continue
             self._perform(now, accepted)
             loads = {**loads, **{t: offered[t] for t in chosen}}
+
+    def _available_partners(self, now: float, liveness: Mapping[str, str]) -> dict[str, bool]:
+        # A partner that just refused load, or just tried to shed load to me, is loaded itself:
+        # offering to it would only bounce, so it sits out a few offer intervals.
+        def recent(when: dict[str, float], partner: str) -> bool:
+            return now - when.get(partner, float("-inf")) < self.refusal_backoff
+
+        return {
+            partner: status == "online"
+            and not recent(self.state.refused_at, partner)
+            and not recent(self.state.offered_at, partner)
+            for partner, status in liveness.items()
+        }
+
+    def _start_relay(
+        self,
+        now: float,
+        offer: dict,
+        offered: dict[str, float],
+        tasks: list[dict],
+        loads: dict[str, float],
+        contracts: list[ContractView],
+        liveness: Mapping[str, str],
+        offers_by_id: Mapping[int, dict],
+    ) -> bool:
+        """Shed my own load to another partner so that I can take this offer afterwards."""
+        if offer.get("relay_for") is not None:
+            return False  # one relay per chain, as the simulator's default of two hops
+        busy = self.state.relays or any(
+            o["from"] == self.name and o["status"] == "open" for o in offers_by_id.values()
+        )
+        if busy:
+            return False
+        plan = plan_room(
+            upstream=offer["from"],
+            upstream_price=offer["price"],
+            offered_load=sum(offered.values()),
+            movable={t["name"]: loads[t["name"]] for t in tasks if not t["pinned"]},
+            contracts=contracts,
+            partner_available=self._available_partners(now, liveness),
+        )
+        if plan is None:
+            return False
+        try:
+            made = self.client.offer(
+                plan.contract_id,
+                list(plan.tasks),
+                plan.price,
+                {t: loads[t] for t in plan.tasks},
+                relay_for=int(offer["id"]),
+            )
+        except ApiError as exc:
+            self.state.errors.append(f"relay offer to {plan.partner}: {exc.detail}")
+            return False
+        self.state.relays[offer["id"]] = PendingRelay(
+            int(made["id"]), plan.partner, sum(loads.values())
+        )
+        return True
+
+    def _take_after_relay(
+        self,
+        now: float,
+        relay: PendingRelay,
+        downstream: dict | None,
+        load: float,
+        offered: dict[str, float],
+        offer: dict,
+    ) -> list[str]:
+        del self.state.relays[offer["id"]]
+        if downstream is None or downstream["status"] in ("rejected", "expired", "withdrawn"):
+            self.state.refused_at[relay.partner] = now
+        return take_after_room(
+            load_now=load,
+            load_before=relay.load_before,
+            offered=offered,
+            room_below_price=self.decisions.load_at_price(offer["price"]),
+        )
 
     def _offered_loads(self, offer: dict) -> dict[str, float]:
         # The offer names tasks; their declared loads are what the giver measured and sells.
@@ -157,14 +270,10 @@ class Agent:
         liveness: Mapping[str, str],
     ) -> None:
         mine = [o for o in self.client.offers() if o["from"] == self.name]
-        if any(o["status"] == "open" for o in mine):
+        if self.state.relays or any(o["status"] == "open" for o in mine):
             return
         self._note_refusal(now, mine)
-        available = {
-            partner: status == "online"
-            and now - self.state.refused_at.get(partner, float("-inf")) >= self.refusal_backoff
-            for partner, status in liveness.items()
-        }
+        available = self._available_partners(now, liveness)
         movable = {t["name"]: loads[t["name"]] for t in tasks if not t["pinned"]}
         plan = self.decisions.plan_offer(
             load=sum(loads.values()),

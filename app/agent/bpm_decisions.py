@@ -19,7 +19,12 @@ from typing import Any
 from app.agent.decisions import ContractView, OfferPlan
 from app.federation.document import ParticipantSpec
 from app.market import bpm
-from app.market.cost_models import CostModel, build_cost_model, marginal_cost
+from app.market.cost_models import (
+    CostModel,
+    build_cost_model,
+    marginal_cost,
+    threshold_for_price,
+)
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,9 @@ class BpmDecisions:
     def marginal_cost(self, load: float) -> float:
         mc = self.model.derivative(load)
         return mc if math.isfinite(mc) else math.inf
+
+    def load_at_price(self, price: float) -> float:
+        return threshold_for_price(self.model, price - self.hysteresis)
 
     def threshold(self, contracts: Sequence[ContractView]) -> float:
         return bpm.capacity_threshold(self.model, [(c.price_min, c.price_max) for c in contracts])

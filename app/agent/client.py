@@ -73,10 +73,13 @@ class FedloadClient:
         tasks: list[str],
         price: float,
         loads: dict[str, float] | None = None,
+        relay_for: int | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {"contract_id": contract_id, "tasks": tasks, "price": price}
         if loads is not None:
             body["loads"] = loads
+        if relay_for is not None:
+            body["relay_for"] = relay_for
         return dict(self._call("POST", "/v1/offers", json=body))
 
     def offers(self, status: str | None = None) -> list[dict[str, Any]]:

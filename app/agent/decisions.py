@@ -34,6 +34,10 @@ class Decisions(Protocol):
         """Marginal cost per unit load at ``load`` (for reports and heartbeats)."""
         ...
 
+    def load_at_price(self, price: float) -> float:
+        """The load up to which taking load stays rational at ``price`` (MC = price - band)."""
+        ...
+
     def threshold(self, contracts: Sequence[ContractView]) -> float:
         """The load above which shedding pays, given the contracts' prices."""
         ...

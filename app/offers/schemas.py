@@ -17,6 +17,13 @@ class OfferCreate(BaseModel):
         default=None,
         description="Each task's load as the offerer measures it; default its declared load.",
     )
+    relay_for: int | None = Field(
+        default=None,
+        description=(
+            "An open offer addressed to you that this one makes room for (a chained move: you "
+            "shed load here so you can take that offer's). A relay offer is not relayed again."
+        ),
+    )
 
 
 class OfferAccept(BaseModel):
@@ -46,6 +53,7 @@ class OfferRead(BaseModel):
     status: OfferStatus
     version: int
     movement_ids: list[int]
+    relay_for: int | None = None
     created_at: datetime
     decided_at: datetime | None
 

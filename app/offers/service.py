@@ -8,6 +8,8 @@ prepares one two-phase movement per accepted task; the new host commits each aft
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
@@ -83,6 +85,10 @@ def create(session: Session, principal: Principal, data: OfferCreate) -> Offer:
             raise InvalidInput(f"load {load} is negative", field=f"loads.{name}")
         loads[name] = load
     partner = contract.partner_id if contract.proposer_id == me else contract.proposer_id
+    detail: dict[str, Any] = {"loads": loads}
+    if data.relay_for is not None:
+        _check_relay_target(session, me, partner, data.relay_for)
+        detail["relay_for"] = data.relay_for
     offer = Offer(
         contract_id=contract.id,
         from_id=me,
@@ -91,7 +97,7 @@ def create(session: Session, principal: Principal, data: OfferCreate) -> Offer:
         accepted_task_ids=[],
         price=data.price,
         status=OfferStatus.open,
-        detail={"loads": loads},
+        detail=detail,
     )
     session.add(offer)
     session.flush()
@@ -104,6 +110,22 @@ def create(session: Session, principal: Principal, data: OfferCreate) -> Offer:
         detail={"tasks": data.tasks, "price": data.price},
     )
     return offer
+
+
+def _check_relay_target(session: Session, me: int, partner: int, upstream_id: int) -> None:
+    upstream = session.get(Offer, upstream_id)
+    if upstream is None or upstream.to_id != me:
+        raise InvalidInput(f"no offer {upstream_id} addressed to you", field="relay_for")
+    if upstream.status is not OfferStatus.open:
+        raise Conflict(
+            f"offer {upstream_id} is {upstream.status.value}, not open", field="relay_for"
+        )
+    if upstream.detail.get("relay_for") is not None:
+        raise Conflict(
+            f"offer {upstream_id} is itself a relay; one relay per chain", field="relay_for"
+        )
+    if upstream.from_id == partner:
+        raise InvalidInput("a relay cannot send load back to the offer's giver", field="relay_for")
 
 
 def get_visible(
@@ -249,6 +271,7 @@ def to_read(session: Session, offers: list[Offer]) -> list[OfferRead]:
             status=o.status,
             version=o.version,
             movement_ids=list(o.detail.get("movement_ids", [])),
+            relay_for=o.detail.get("relay_for"),
             created_at=o.created_at,
             decided_at=o.decided_at,
         )

@@ -195,3 +195,59 @@ def test_abort_leaves_the_old_host(abc: Api) -> None:
         "epoch": 0,
         "moving": False,
     }
+
+
+def test_relay_offer_makes_room_for_an_open_offer_and_is_never_relayed_again(abc: Api) -> None:
+    ab = active_contract(abc, "A", "B")
+    bc = active_contract(abc, "B", "C")
+    declare(abc, "A", "a1")
+    declare(abc, "B", "b1")
+    declare(abc, "C", "c1")
+    upstream = abc.post(
+        "A", "/v1/offers", {"contract_id": ab["id"], "tasks": ["a1"], "price": 0.25}
+    )
+    assert upstream.status_code == 201, upstream.text
+    up_id = upstream.json()["id"]
+
+    # B sheds its own b1 to C to make room for A's a1: the offer names what it relays for.
+    relay = abc.post(
+        "B",
+        "/v1/offers",
+        {"contract_id": bc["id"], "tasks": ["b1"], "price": 0.24, "relay_for": up_id},
+    )
+    assert relay.status_code == 201, relay.text
+    assert relay.json()["relay_for"] == up_id
+    assert abc.get("C", "/v1/offers").json()[0]["relay_for"] == up_id
+
+    # C cannot relay B's relay onward (one relay per chain): 409 naming the field.
+    ac = active_contract(abc, "A", "C")
+    assert ac["status"] == "active"
+    again = abc.post(
+        "C",
+        "/v1/offers",
+        {"contract_id": bc["id"], "tasks": ["c1"], "price": 0.24, "relay_for": relay.json()["id"]},
+    )
+    assert again.status_code == 409 and again.json()["field"] == "relay_for"
+
+
+def test_relay_for_must_name_an_open_offer_addressed_to_me(abc: Api, db_url: str) -> None:
+    ab = active_contract(abc, "A", "B")
+    bc = active_contract(abc, "B", "C")
+    declare(abc, "A", "a1")
+    declare(abc, "B", "b1")
+    up = abc.post("A", "/v1/offers", {"contract_id": ab["id"], "tasks": ["a1"], "price": 0.25})
+    before = registry_snapshot(db_url)
+
+    def relay(who: str, contract: int, upstream: int) -> Any:
+        body = {"contract_id": contract, "tasks": ["b1"], "price": 0.24, "relay_for": upstream}
+        return abc.post(who, "/v1/offers", body)
+
+    unknown = relay("B", bc["id"], 999)
+    assert unknown.status_code == 422 and unknown.json()["field"] == "relay_for"
+    back_to_giver = relay("B", ab["id"], up.json()["id"])
+    assert back_to_giver.status_code == 422 and "giver" in back_to_giver.json()["detail"]
+    assert registry_snapshot(db_url) == before
+
+    abc.post("B", f"/v1/offers/{up.json()['id']}/reject", {"version": 1})
+    closed = relay("B", bc["id"], up.json()["id"])
+    assert closed.status_code == 409 and "rejected" in closed.json()["detail"]
