@@ -159,7 +159,7 @@ def demo(
         "writes DIR/report.json and exits non-zero when a check fails.",
     ),
     quick: bool = typer.Option(
-        False, "--quick", help="With --scenario: short timings (X = 1.5 s, 3 s failure)."
+        False, "--quick", help="With --scenario: short timings (X = 2 s, 3.5 s failure)."
     ),
 ) -> None:
     """Run the Borealis load-management demo live: service, agents, Spark fragments, report.

@@ -54,7 +54,10 @@ class DPCNode:
         request_permission: Callable[[str], bool] | None = None,
         release_permission: Callable[[str], None] | None = None,
         replay_per_tick: int | None = None,
+        reconcile_ms_per_bucket: float = 0.0,
     ) -> None:
+        """``reconcile_ms_per_bucket``: the expected cost of redoing one bucket, used to keep
+        buckets from missing their deadline while a reconciliation suspends them."""
         self.name = name
         self.operator = operator
         self.sunion = SUnion(
@@ -70,6 +73,7 @@ class DPCNode:
         self._request = request_permission or (lambda _name: True)
         self._release = release_permission or (lambda _name: None)
         self.replay_per_tick = replay_per_tick
+        self.reconcile_ms_per_bucket = reconcile_ms_per_bucket
         self._replay_next = 0
         self._replay_end = 0
         self.reconciliations = 0
@@ -143,11 +147,29 @@ class DPCNode:
             self._release(self.name)
         return out
 
+    def _flush_due(self, now: int) -> list[Message]:
+        out: list[Message] = []
+        redo = self.sunion.next_bucket - self._checkpoint.next_bucket
+        horizon = now + redo * self.reconcile_ms_per_bucket
+        while (
+            self.sunion.stable_ready(self.sunion.next_bucket)
+            and self.sunion.due_at(self.sunion.next_bucket) + self.sunion.delay_budget_ms <= horizon
+        ):
+            bucket = self.sunion.release(now, in_failure=True)
+            assert bucket is not None
+            out.extend(self.soutput.tentative(self.operator.process(bucket.number, bucket.rows)))
+        return out
+
     def tick(self, now: int) -> list[Message]:
         """Advance to clock ``now`` (ms, same scale as stime); returns messages to send."""
         out: list[Message] = []
         if self.state is NodeState.STABILIZATION:
             out.extend(self._replay(now))
+        if self.state is NodeState.UP_FAILURE and self._healed():
+            # The redo suspends new buckets (the paper's "suspend" choice). Buckets whose
+            # deadline would pass while it runs go out now, tentatively (the redo corrects
+            # them); the others wait and come out stable after it.
+            out.extend(self._flush_due(now))
         if self.state is NodeState.UP_FAILURE and self._healed() and self._request(self.name):
             self._fire(NodeEvent.HEALED, now)
             self.reconciliations += 1

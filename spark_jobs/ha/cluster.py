@@ -34,8 +34,10 @@ class Cluster:
     def __init__(self, workdir: Path, *, startup_seconds: float = 2.5) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        # The shared stime origin: far enough ahead that every process is up before row 0.
-        self.t0 = time.time() + startup_seconds
+        # The shared stime origin; set for real by start() once every node is up. Until then
+        # nodes idle (their clock reads far before 0).
+        self.startup_seconds = startup_seconds
+        self.t0 = time.time() + 3600
         self.ports: dict[str, int] = {}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.proxies: dict[str, FaultProxy] = {}
@@ -95,6 +97,10 @@ class Cluster:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"node {name} did not start within {timeout} s")
                 time.sleep(0.02)
+        if self.t0 > time.time() + 60:
+            self.t0 = time.time() + min(self.startup_seconds, 0.5)
+        for name in configs:
+            self.control(name, cmd="start", t0=self.t0)
 
     def call(self, name: str, kind: str, timeout: float = 2.0, **body: Any) -> Any:
         client = HAClient(self.location(name), timeout=timeout)

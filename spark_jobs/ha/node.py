@@ -44,7 +44,6 @@ from app.availability import (
     Operator,
     Passthrough,
     PeerPermission,
-    PeerStatus,
     ReplicaView,
     StreamView,
     UpstreamSelector,
@@ -99,6 +98,7 @@ class HANode:
         self.server = HAServer(port=int(config.get("port", 0)))
         self.server.controller = self
         self.lock = threading.RLock()
+        self.permission_lock = threading.Lock()
         self.stopping = threading.Event()
         self.detector = FailureDetector(
             time.monotonic,
@@ -147,6 +147,10 @@ class HANode:
             request_permission=self._ask_peers,
             release_permission=self._release_peers,
             replay_per_tick=config.get("replay_per_tick"),
+            # Redoing r buckets per loop takes a loop per r buckets; with no limit, a loop.
+            reconcile_ms_per_bucket=(
+                int(config.get("loop_ms", 20)) / int(config.get("replay_per_tick") or 1)
+            ),
         )
 
     # -- Controller (called from Flight threads) ---------------------------------------------
@@ -157,12 +161,14 @@ class HANode:
         return {"name": self.name, "state": state, "epoch": self.epoch, "role": self.role}
 
     def permission(self, requester: str) -> bool:
-        with self.lock:
+        # Not under self.lock: the main loop holds it while it asks its own peers, and two
+        # replicas asking each other would each wait for the other's loop (and then time out).
+        with self.permission_lock:
             state = self.node.state if self.node is not None else NodeState.STABLE
             return self.peer_permission.on_request(requester, state, self.now_ms())
 
     def release(self, requester: str) -> None:
-        with self.lock:
+        with self.permission_lock:
             self.peer_permission.on_release(requester)
 
     def control(self, body: dict[str, Any]) -> Any:
@@ -175,6 +181,8 @@ class HANode:
                     link = self.links[stream]
                     link.replicas = dict(spec["replicas"])
                     link.min_epoch = int(spec.get("min_epoch", link.min_epoch))
+                    # A current replica fenced out stays "current" until the next loop's
+                    # choice switches away from it, so the switch says where it came from.
                     link.selector.replicas = tuple(link.replicas)
                 self.events.append({"at": self.now_ms(), "event": "set_inputs", "body": body})
                 return True
@@ -184,6 +192,11 @@ class HANode:
                 # Active standby: already running; only its lease epoch changes.
                 self.epoch = int(body["epoch"])
                 self.events.append({"at": self.now_ms(), "event": "promote", "epoch": self.epoch})
+                return True
+            if command == "start":
+                # The shared stime origin, sent once every node is up: a slow process start
+                # must not look like a failed input.
+                self.t0 = float(body["t0"])
                 return True
             if command == "stop":
                 self.stopping.set()
@@ -239,9 +252,10 @@ class HANode:
     # -- reconciliation permission between replicas ------------------------------------------
     def _ask_peers(self, _name: str) -> bool:
         now = self.now_ms()
-        if not self.peer_permission.may_ask(now):
-            return False
-        self.peer_permission.asking = True
+        with self.permission_lock:
+            if not self.peer_permission.may_ask(now):
+                return False
+            self.peer_permission.asking = True
         granted: list[str] = []
         for peer, location in self.peers.items():
             client = HAClient(location, timeout=0.3)
@@ -256,7 +270,8 @@ class HANode:
                 self._release_to(granted)
                 return False
             granted.append(peer)
-        self.peer_permission.asking = False
+        with self.permission_lock:
+            self.peer_permission.asking = False
         self.events.append({"at": now, "event": "reconcile_permitted"})
         return True
 
@@ -356,16 +371,12 @@ class HANode:
             self.node.sunion.forget_tentative(link.stream)
             link.view.switch()
         current = link.selector.current
-        if current is None or self.detector.status(current) in (
-            PeerStatus.FAILED,
-            PeerStatus.SUSPECT,
-        ):
-            # A silent replica would make the read wait for its timeout and stall the loop.
+        if current is None or self.detector.failed(current):
+            # A replica known to be silent would make every read wait for its timeout.
             return
         location = link.replicas.get(current)
         if location is None:
-            # Removed by the registry (fenced); the selector picks among the others next loop.
-            link.selector.current = None
+            # Fenced out by the registry and nothing else usable yet: wait for the next loop.
             return
         client = link.readers.get(current)
         if client is None or client.location != location:
@@ -420,10 +431,10 @@ class HANode:
             return
         self._last_ack = time.monotonic()
         for link in self.links.values():
-            current = link.selector.current
-            if current is None:
+            location = link.replicas.get(link.selector.current or "")
+            if location is None:
                 continue
-            acker = HAClient(link.replicas[current], timeout=0.2)
+            acker = HAClient(location, timeout=0.2)
             with contextlib.suppress(Exception):
                 acker.action("dpc_ack", stream=OUT, consumer=self.name, stime=floor)
             acker.close()
