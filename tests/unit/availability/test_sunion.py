@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.availability import DelayStrategy, Kind, Message, Row, SUnion
 
@@ -113,3 +115,41 @@ def test_bad_configuration_is_refused_with_the_reason() -> None:
         SUnion(["a", "a"], bucket_ms=10, delay_budget_ms=1)
     with pytest.raises(KeyError, match="unknown input 'z'"):
         SUnion(["a"], bucket_ms=10, delay_budget_ms=1).receive("z", Message.boundary(5))
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 999)), max_size=60),
+    st.randoms(use_true_random=False),
+)
+def test_stable_buckets_hold_exactly_their_rows_in_any_arrival_order(rows, rnd) -> None:
+    """Whatever order rows and boundaries arrive in (a boundary only after its input's rows
+    below it), the stable buckets are released in order and each holds exactly its rows."""
+    messages = {
+        name: [
+            Message.stable(Row(t, f"{name}{i}", ("k", 1)))
+            for i, (n, t) in enumerate(rows)
+            if n == name
+        ]
+        for name in ("a", "b")
+    }
+    for name in messages:
+        messages[name].sort(key=lambda m: m.stime)
+        messages[name].append(Message.boundary(1000))
+    s = union()
+    released = []
+    queues = {name: list(ms) for name, ms in messages.items()}
+    while any(queues.values()):
+        name = rnd.choice([n for n, q in queues.items() if q])
+        s.receive(name, queues[name].pop(0))
+        while (bucket := s.release(0, in_failure=False)) is not None:
+            assert bucket.stable
+            released.append(bucket)
+    assert [b.number for b in released] == list(range(10))
+    for bucket in released:
+        expected = sorted(
+            m.row
+            for ms in messages.values()
+            for m in ms
+            if m.row is not None and m.row.stime // 100 == bucket.number
+        )
+        assert list(bucket.rows) == expected
