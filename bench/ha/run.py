@@ -93,7 +93,9 @@ def real_tentative(failures_s: list[int], workdir: Path) -> list[dict[str, Any]]
                 strategy=strategy.value,
             )
             try:
-                report = run_tentative(t, workdir / f"tentative-{failure}-{strategy.value}")
+                run_dir = workdir / f"tentative-{failure}-{strategy.value}"
+                report = run_tentative(t, run_dir)
+                (run_dir / "report.json").write_text(json.dumps(report, indent=1, default=str))
             except Exception as error:
                 out.append({"failure_s": failure, "strategy": strategy.value, "error": str(error)})
                 continue
@@ -189,7 +191,9 @@ def failover(workdir: Path, repeats: int) -> list[dict[str, Any]]:
     for repeat in range(repeats):
         for technique in TECHNIQUES:
             try:
-                report = run_crash(t, workdir / f"crash-{technique}-{repeat}", technique)
+                run_dir = workdir / f"crash-{technique}-{repeat}"
+                report = run_crash(t, run_dir, technique)
+                (run_dir / "report.json").write_text(json.dumps(report, indent=1, default=str))
             except Exception as error:
                 out.append({"technique": technique, "repeat": repeat, "error": str(error)})
                 continue

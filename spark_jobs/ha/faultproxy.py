@@ -5,10 +5,13 @@ touching either process, which is how the scenarios make network partitions:
 
 - ``cut("refuse")``: every open connection is reset and new ones are reset on accept; the client
   sees "connection refused/reset" at once (a crashed host, a firewall rejecting).
-- ``cut("drop")``: bytes are swallowed on open and new connections; the client sees silence
-  until its own timeout (a partition: packets vanish).
-- ``heal()``: new connections are forwarded again. Dropped connections stay dead (their bytes are
-  gone, as after a real partition); clients reconnect.
+- ``cut("drop")``: a partition: nothing gets through on open or new connections, and the
+  client sees silence until its own timeout. Bytes are held, not discarded: the proxy stops
+  reading, so TCP's own flow control holds them in the senders' buffers, as TCP retransmission
+  would across a real partition. Discarding them instead would corrupt the HTTP/2 streams that
+  survive the heal, which no real network does to a TCP connection.
+- ``heal()``: traffic flows again: held bytes are delivered, connections accepted during the
+  cut are connected to the target now.
 
 Threads, not asyncio: the proxy runs inside a scenario driver that is itself synchronous, and a
 few links with a handful of gRPC connections each need only a few threads.
@@ -46,7 +49,8 @@ class ProxyStats:
     accepted: int = 0
     refused: int = 0
     forwarded_bytes: int = 0
-    dropped_bytes: int = 0
+    # Bytes that waited for a heal (read just before a cut, delivered after it).
+    held_bytes: int = 0
 
 
 class FaultProxy:
@@ -62,6 +66,9 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket | None]] = []
         self._closed = threading.Event()
+        # Set while traffic may flow; cleared by a "drop" cut.
+        self._flowing = threading.Event()
+        self._flowing.set()
         self._thread = threading.Thread(target=self._accept_loop, name=f"proxy:{self.port}")
         self._thread.daemon = True
         self._thread.start()
@@ -79,6 +86,8 @@ class FaultProxy:
             raise ValueError(f"FaultProxy.cut: mode must be 'refuse' or 'drop', got {mode!r}")
         with self._lock:
             self.mode = mode
+            if mode == "drop":
+                self._flowing.clear()
             if mode == "refuse":
                 for client, upstream in self._pairs:
                     _reset(client)
@@ -89,15 +98,15 @@ class FaultProxy:
     def heal(self) -> None:
         with self._lock:
             self.mode = None
-            # Connections that lived through a "drop" lost bytes mid-stream: kill them so the
-            # clients reconnect on a clean stream rather than wait on a corrupt one.
-            for client, upstream in self._pairs:
-                if upstream is None:
-                    _reset(client)
+            held = [c for c, u in self._pairs if u is None]
             self._pairs = [(c, u) for c, u in self._pairs if u is not None]
+            self._flowing.set()
+        for client in held:
+            self._connect(client)
 
     def close(self) -> None:
         self._closed.set()
+        self._flowing.set()
         self._thread.join(timeout=2)
         with contextlib.suppress(OSError):
             self._listener.close()
@@ -131,40 +140,44 @@ class FaultProxy:
                 self.stats.refused += 1
                 _reset(client)
                 continue
-            upstream: socket.socket | None = None
-            if mode is None:
-                try:
-                    upstream = socket.create_connection(self.target, timeout=1.0)
-                    upstream.settimeout(None)
-                    upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                except OSError:
-                    # The target itself is down: behave like it (refuse).
-                    _reset(client)
-                    continue
-            with self._lock:
-                self._pairs.append((client, upstream))
-            self._spawn(client, upstream)
-            if upstream is not None:
-                self._spawn(upstream, client)
+            if mode == "drop":
+                # Like a SYN lost in a partition: nothing happens until the heal.
+                with self._lock:
+                    self._pairs.append((client, None))
+                continue
+            self._connect(client)
 
-    def _spawn(self, source: socket.socket, sink: socket.socket | None) -> None:
-        thread = threading.Thread(target=self._pump, args=(source, sink), daemon=True)
-        thread.start()
+    def _connect(self, client: socket.socket) -> None:
+        try:
+            upstream = socket.create_connection(self.target, timeout=1.0)
+            upstream.settimeout(None)
+            upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            # The target itself is down: behave like it (refuse).
+            _reset(client)
+            return
+        with self._lock:
+            self._pairs.append((client, upstream))
+        for source, sink in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket | None) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         try:
             while True:
+                # Not reading during a cut is what holds the bytes (TCP flow control).
+                self._flowing.wait()
                 data = source.recv(_BUFFER)
                 if not data:
                     break
-                if self.mode is not None or sink is None:
-                    self.stats.dropped_bytes += len(data)
-                    continue
+                if not self._flowing.is_set():
+                    self.stats.held_bytes += len(data)
+                    self._flowing.wait()
+                if self._closed.is_set():
+                    break
                 sink.sendall(data)
                 self.stats.forwarded_bytes += len(data)
         except OSError:
             pass
         finally:
-            if sink is not None and self.mode != "drop":
-                with contextlib.suppress(OSError):
-                    sink.shutdown(socket.SHUT_WR)
+            with contextlib.suppress(OSError):
+                sink.shutdown(socket.SHUT_WR)

@@ -157,6 +157,21 @@ def _settled(cluster: Cluster, names: Sequence[str], cutoff_ms: int) -> Callable
     return check
 
 
+def _difference(expected: list[Row], got: list[Row]) -> dict[str, Any]:
+    """What differs between the reference and the output (empty when they are equal)."""
+    if expected == got:
+        return {}
+    want, have = set(expected), set(got)
+    missing, extra = sorted(want - have), sorted(have - want)
+    return {
+        "missing": len(missing),
+        "extra": len(extra),
+        "out_of_order_or_duplicated": not missing and not extra,
+        "first_missing": missing[0].to_json() if missing else None,
+        "first_extra": extra[0].to_json() if extra else None,
+    }
+
+
 def _view(messages: list[Message]) -> StreamView:
     view = StreamView()
     for message in messages:
@@ -272,6 +287,7 @@ def run_partition(t: Timings, workdir: Path) -> dict[str, Any]:
         "input_duplicates": link["duplicates"],
         **_latencies(status, t, failure_at),
         "consumer_loop_errors": status["errors"],
+        "difference": _difference(expected, got),
         "checks": {
             "output_matches_reference": bool(expected) and got == expected,
             "consumer_loop_without_errors": status["errors"] == 0,
@@ -357,6 +373,7 @@ def run_tentative(t: Timings, workdir: Path) -> dict[str, Any]:
         "history": {"C": status["history"], "C2": status2["history"]},
         **latency,
         "consumer_loop_errors": status["errors"],
+        "difference": _difference(expected, got),
         "checks": {
             "output_matches_reference": bool(expected) and got == expected,
             "consumer_loop_without_errors": status["errors"] == 0,
@@ -506,6 +523,7 @@ def run_crash(t: Timings, workdir: Path, technique: str) -> dict[str, Any]:
         "input_duplicates": link["duplicates"],
         **_latencies(status, t, failure_at),
         "consumer_loop_errors": status["errors"],
+        "difference": _difference(expected, got),
         "checks": {
             "output_matches_reference": bool(expected) and got == expected,
             "consumer_loop_without_errors": status["errors"] == 0,
