@@ -1,6 +1,6 @@
 """What-if benchmark: sweep throughput, the 100,000-participant federation, and BPM's quality.
 
-python -m bench.whatif.run [--participants 24] [--seeds 40] [--large 100000] [--json FILE]
+python -m bench.whatif.run [--participants 40] [--tasks 20] [--seeds 40] [--repeats 3] [--json FILE]
 
 1. Sweep throughput. One sweep of generated federations (k = 1..10 x price-range widths
    0, 5, 10, 15, 20% x seeds; 2,000 simulations by default) run twice in the same process: one
@@ -44,7 +44,7 @@ WIDTHS = [0.0, 0.05, 0.1, 0.15, 0.2]
 KS = list(range(1, 11))
 
 
-def quality_sweep(participants: int, seeds: int, max_steps: int) -> GridSweep:
+def quality_sweep(participants: int, seeds: int, max_steps: int, tasks: int = 20) -> GridSweep:
     text = f"""
 sweep: bench-quality
 grid:
@@ -53,7 +53,7 @@ grid:
   price_range_width: {WIDTHS}
   load_skew: 1.0
   capacity_spread: 0.5
-  tasks_per_participant: 8
+  tasks_per_participant: {tasks}
   overload: 0.7
 seeds: {seeds}
 max_steps: {max_steps}
@@ -82,7 +82,10 @@ def _load_average() -> float:
 def bench_sweep(spark: Any, sweep: GridSweep, repeats: int) -> tuple[dict[str, Any], pd.DataFrame]:
     """Interleaved runs (in-process, Spark, in-process, Spark, ...): the machine is shared, and
     interleaving exposes both paths to the same background load; medians are compared."""
-    warm = quality_sweep(sweep.row(0)["participants"], 1, sweep.max_steps or 600)
+    first = sweep.row(0)
+    warm = quality_sweep(
+        first["participants"], 1, sweep.max_steps or 600, first["tasks_per_participant"]
+    )
     run_on_spark(spark, GridSweep(warm.name, "", warm.axes, (0,), warm.max_steps))
     runs: list[dict[str, float]] = []
     identical = True
@@ -328,7 +331,8 @@ def machine() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--participants", type=int, default=24, help="per swept federation")
+    parser.add_argument("--participants", type=int, default=40, help="per swept federation")
+    parser.add_argument("--tasks", type=int, default=20, help="tasks per participant (sweep)")
     parser.add_argument("--seeds", type=int, default=40, help="seeds per (k, width)")
     parser.add_argument("--max-steps", type=int, default=600, help="steps per simulation")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved sweep runs per path")
@@ -339,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--round-seeds", type=int, default=10)
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
-    sweep = quality_sweep(args.participants, args.seeds, args.max_steps)
+    sweep = quality_sweep(args.participants, args.seeds, args.max_steps, args.tasks)
     spark = build_session(
         app_name="fedload-bench-whatif",
         master="local[2]",
