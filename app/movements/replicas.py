@@ -152,6 +152,19 @@ def accrue(session: Session, replica: Replica, now: datetime) -> float:
     return entry.amount
 
 
+def promoted(session: Session, task_id: int, participant_id: int, now: datetime) -> None:
+    """A failover made this replica's host the task's host: it stops being a replica (paid up
+    to now as one; from now on the task's own hosting terms apply)."""
+    replica = session.scalar(
+        select(Replica).where(Replica.task_id == task_id, Replica.participant_id == participant_id)
+    )
+    if replica is None:
+        return
+    accrue(session, replica, now)
+    session.delete(replica)
+    session.flush()
+
+
 def report_state(session: Session, principal: Principal, task_name: str, state: str) -> Replica:
     """The hosting participant reports its replica's DPC state (and is paid up to now)."""
     if principal.participant_id is None:

@@ -28,7 +28,7 @@ from app.models import (
     ParticipantStatus,
     Task,
 )
-from app.movements import repository
+from app.movements import replicas, repository
 from app.movements.payments import accrue_task
 from app.movements.schemas import MovementRead
 from app.participants import repository as participants
@@ -133,6 +133,9 @@ def commit(session: Session, principal: Principal, movement_id: int, epoch: int)
     task.price = movement.price if movement.to_id != task.owner_id else None
     movement.status, movement.finished_at = MovementStatus.committed, now
     session.flush()
+    if movement.reason == MovementReason.failover:
+        # The replica that took over is the task's host now, no longer a replica of it.
+        replicas.promoted(session, task.id, movement.to_id, now)
     audit.record(
         session,
         actor=principal.actor,

@@ -40,7 +40,7 @@ from app.availability import (
 from app.availability.operators import Passthrough
 from app.availability.simulation import source_rows
 from spark_jobs.ha.cluster import Cluster
-from spark_jobs.runtime.coordinator import InMemoryCoordinator
+from spark_jobs.runtime.coordinator import InMemoryCoordinator, MovementCoordinator
 
 SCENARIOS = ("partition", "tentative", "crash")
 TECHNIQUES = ("upstream_backup", "passive_standby", "active_standby")
@@ -438,10 +438,19 @@ def run_steady(t: Timings, workdir: Path, technique: str) -> dict[str, Any]:
     }
 
 
-def run_crash(t: Timings, workdir: Path, technique: str) -> dict[str, Any]:
+def run_crash(
+    t: Timings,
+    workdir: Path,
+    technique: str,
+    coordinator: MovementCoordinator | None = None,
+) -> dict[str, Any]:
+    """``coordinator``: the registry (``app.agent.coordinator.RegistryCoordinator``) or, by
+    default, its in-memory stand-in; fragment "B" is hosted by participant "B" and fails over
+    to participant "B2"."""
     if technique not in TECHNIQUES:
         raise ValueError(f"crash: technique must be one of {TECHNIQUES}, got {technique!r}")
-    coordinator = InMemoryCoordinator({"B": "B"})
+    if coordinator is None:
+        coordinator = InMemoryCoordinator({"B": "B"})
     with Cluster(workdir, startup_seconds=t.startup_s) as cluster:
         configs = _crash_configs(t, cluster, technique)
         cluster.start(configs)
@@ -528,7 +537,8 @@ def run_crash(t: Timings, workdir: Path, technique: str) -> dict[str, Any]:
             "output_matches_reference": bool(expected) and got == expected,
             "consumer_loop_without_errors": status["errors"] == 0,
             "no_duplicates": link["duplicates"] == 0 and view.duplicates == 0,
-            "failover_committed": coordinator.host("B") == "B2" and epoch == 1,
+            "failover_committed": coordinator.host("B") == "B2"
+            and coordinator.current_epoch("B") == epoch == move.epoch,
             "consumer_on_new_host": link["current"] == "B2",
         },
     }

@@ -1,0 +1,55 @@
+"""A crash failover recorded by the real registry: the service in uvicorn, the nodes as
+processes. The replica placed through the API takes over; the registry's movement commits it as
+the host at epoch 1 (the fence C applies), and the replica record becomes the task itself."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.agent.client import FedloadClient
+from app.agent.coordinator import RegistryCoordinator
+from app.settings import Settings
+from spark_jobs.ha.scenarios import Timings, run_crash
+from tests.support.live_server import serve
+
+ADMIN = "ha-admin-key"
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_passive_standby_failover_through_the_registry(db_url: str, tmp_path) -> None:
+    with serve(Settings(database_url=db_url, admin_key=ADMIN, environment="test")) as url:
+        admin = FedloadClient(url, ADMIN)
+        clients = {}
+        for name in ("B", "B2"):
+            key = admin._call("POST", "/v1/participants", json={"name": name, "capacity": 100})
+            clients[name] = FedloadClient(url, key["api_key"])
+        terms = {
+            "partner": "B2",
+            "price_min": 0.2,
+            "price_max": 0.3,
+            "availability": {"recovery": "precise", "replica_hosting": True},
+        }
+        contract = clients["B"]._call("POST", "/v1/contracts", json=terms)
+        clients["B2"]._call("POST", f"/v1/contracts/{contract['id']}/accept", json={"version": 1})
+        clients["B"]._call("POST", "/v1/tasks", json={"name": "B", "load": 4})
+        placed = clients["B"]._call(
+            "POST", "/v1/tasks/B/replicas", json={"k": 1, "technique": "passive_standby"}
+        )
+        assert [(r["host"], r["technique"]) for r in placed] == [("B2", "passive_standby")]
+        try:
+            report = run_crash(
+                Timings.quick(), tmp_path, "passive_standby", RegistryCoordinator(clients)
+            )
+            assert report["checks"] == {name: True for name in report["checks"]}, report
+            lease = admin.lease("B")
+            assert (lease["host"], lease["epoch"]) == ("B2", 1)
+            moves = admin._call("GET", "/v1/movements")
+            assert [(m["reason"], m["status"], m["to"]) for m in moves] == [
+                ("failover", "committed", "B2")
+            ]
+            # B2 hosts the task now; it is no longer listed as a replica of it.
+            assert admin._call("GET", "/v1/replicas") == []
+        finally:
+            for client in (admin, *clients.values()):
+                client.close()
