@@ -49,6 +49,8 @@ from app.availability import (
     UpstreamSelector,
     WindowCount,
 )
+from app.availability.delta import apply as apply_delta
+from app.availability.delta import diff as diff_state
 from app.availability.simulation import source_rows
 from app.availability.tuples import Key, Kind
 from spark_jobs.ha.wire import HAClient, HAServer
@@ -116,6 +118,9 @@ class HANode:
         self.events: list[dict[str, Any]] = []
         self._shipped = 0
         self._shipped_floor: int | None = None
+        self._shipped_state: Any = None
+        # Bytes of checkpoints shipped to the backup, full and delta (passive standby).
+        self.shipped_bytes: dict[str, int] = {}
         self._last_ship = 0.0
         self._last_ack = 0.0
         for stream, spec in config.get("inputs", {}).items():
@@ -214,6 +219,7 @@ class HANode:
             "boundary": log.boundary,
             "events": self.events,
             "errors": self.errors,
+            "shipped_bytes": self.shipped_bytes,
             "tentative_emits": self.tentative_emits,
             "inputs": {
                 s: {
@@ -293,14 +299,14 @@ class HANode:
         self.epoch = int(body["epoch"])
         mode = body["mode"]
         if mode == "checkpoint":
-            latest = self.server.latest_checkpoint(self.fragment)
-            if latest is None:
-                raise ValueError(f"{self.name}: no checkpoint of {self.fragment} was shipped here")
-            movement, packed = latest
-            data = json.loads(packed.data)
-            self.node = self._make_node(int(data["next_bucket"]))
-            self.node.restore(Checkpoint(int(data["next_bucket"]), data["state"]))
-            detail = {"checkpoint_movement": movement, "next_bucket": data["next_bucket"]}
+            movement, next_bucket, state, deltas = self._rebuild_checkpoint()
+            self.node = self._make_node(next_bucket)
+            self.node.restore(Checkpoint(next_bucket, state))
+            detail = {
+                "checkpoint_movement": movement,
+                "next_bucket": next_bucket,
+                "deltas_applied": deltas,
+            }
         elif mode == "replay":
             replay_from = int(body["replay_from_ms"])
             self.node = self._make_node(replay_from // self.bucket_ms)
@@ -310,6 +316,22 @@ class HANode:
         self.role = "fragment"
         self.events.append({"at": self.now_ms(), "event": "take_over", "mode": mode, **detail})
         return detail
+
+    def _rebuild_checkpoint(self) -> tuple[int, int, Any, int]:
+        """The newest state the shipped checkpoints give: the last full one plus the unbroken
+        chain of deltas after it. Returns (movement, next_bucket, state, deltas applied)."""
+        shipped = self.server.take_checkpoints(self.fragment)
+        fulls = [i for i, (_, doc) in enumerate(shipped) if doc.get("kind") == "full"]
+        if not fulls:
+            raise ValueError(f"{self.name}: no full checkpoint of {self.fragment} was shipped here")
+        movement, doc = shipped[fulls[-1]]
+        state, next_bucket, applied = doc["state"], int(doc["next_bucket"]), 0
+        for later, delta in shipped[fulls[-1] + 1 :]:
+            if delta.get("kind") != "delta" or int(delta["base"]) != movement:
+                break  # a lost or out-of-order delta: stop at the last consistent state
+            state = apply_delta(state, delta["patch"])
+            movement, next_bucket, applied = later, int(delta["next_bucket"]), applied + 1
+        return movement, next_bucket, state, applied
 
     # -- the loop ----------------------------------------------------------------------------
     def _heartbeats(self) -> None:
@@ -414,15 +436,28 @@ class HANode:
         ):
             self._last_ship = time.monotonic()
             checkpoint = self.node.checkpoint
-            data = json.dumps({"next_bucket": checkpoint.next_bucket, "state": checkpoint.state})
+            full_every = int(self.config.get("full_checkpoint_every", 10))
+            doc: dict[str, Any] = {"next_bucket": checkpoint.next_bucket}
+            if self._shipped_state is None or self._shipped % full_every == 0:
+                doc.update(kind="full", state=checkpoint.state)
+            else:
+                # Only what changed since the last shipped checkpoint, which the backup holds.
+                doc.update(
+                    kind="delta",
+                    base=self._shipped,
+                    patch=diff_state(self._shipped_state, checkpoint.state),
+                )
+            data = json.dumps(doc).encode()
             self._shipped += 1
             try:
                 with StreamClient(backup) as client:
-                    client.ship_checkpoint(
-                        self.fragment, self._shipped, PackedCheckpoint.of(data.encode())
-                    )
+                    client.ship_checkpoint(self.fragment, self._shipped, PackedCheckpoint.of(data))
                 self._shipped_floor = checkpoint.next_bucket * self.bucket_ms
+                self._shipped_state = checkpoint.state
+                self.shipped_bytes[doc["kind"]] = self.shipped_bytes.get(doc["kind"], 0) + len(data)
             except Exception as error:
+                # The backup may have missed it: the next one is full, never a broken chain.
+                self._shipped_state = None
                 self.events.append({"at": now, "event": "ship_failed", "error": str(error)})
         if backup:
             # Passive standby replays from the last checkpoint the backup holds.

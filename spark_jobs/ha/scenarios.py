@@ -456,6 +456,7 @@ def run_crash(
         cluster.start(configs)
         cluster.sleep_until(t.fail_at_ms)
         boundary_before = cluster.status("C")["inputs"]["b"]["boundary"] or 0
+        shipped = cluster.status("B")["shipped_bytes"]
         cluster.kill("B")
         failure_at = cluster.now_ms()
         # The registry's failure detector: heartbeats to B every interval, failed after misses.
@@ -526,6 +527,8 @@ def run_crash(
         "heal_at_ms": None,
         "movement": {"id": move.movement_id, "reason": move.reason, "epoch": epoch},
         "take_over": [e for e in b2["events"] if e["event"] == "take_over"],
+        # Passive standby: checkpoint bytes B shipped to B2 before it died, full vs delta.
+        "checkpoint_bytes_shipped": shipped,
         "switches": _switches("C", status),
         "tentative_tuples": view.tentative_total,
         "corrections": view.corrections,

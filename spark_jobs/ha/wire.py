@@ -25,7 +25,7 @@ import pyarrow.flight as flight
 
 from app.availability import Message, OutputLog, Row
 from app.availability.tuples import Kind
-from spark_jobs.runtime.transport import PackedCheckpoint, StreamServer
+from spark_jobs.runtime.transport import StreamServer
 
 SCHEMA = pa.schema(
     [("kind", pa.string()), ("stime", pa.int64()), ("tid", pa.string()), ("payload", pa.string())]
@@ -91,14 +91,33 @@ class HAServer(StreamServer):
             with self.dpc_lock:
                 log.append(messages)
 
-    def latest_checkpoint(self, fragment: str) -> tuple[int, PackedCheckpoint] | None:
-        """The newest checkpoint shipped here for ``fragment`` (passive standby)."""
+    def take_checkpoints(self, fragment: str) -> list[tuple[int, dict[str, Any]]]:
+        """Every checkpoint shipped here for ``fragment`` (passive standby), oldest first,
+        decoded: full ones and the deltas after them. Removed from the inbox."""
         with self._inbox_lock:
-            movements = [m for (f, m) in self._inbox if f == fragment]
-        if not movements:
-            return None
-        movement = max(movements)
-        return movement, self.take_checkpoint(fragment, movement)
+            movements = sorted(m for (f, m) in self._inbox if f == fragment)
+        return [(m, json.loads(self.take_checkpoint(fragment, m).data)) for m in movements]
+
+    def do_put(
+        self,
+        context: Any,
+        descriptor: flight.FlightDescriptor,
+        reader: flight.MetadataRecordBatchReader,
+        writer: flight.FlightMetadataWriter,
+    ) -> None:
+        super().do_put(context, descriptor, reader, writer)
+        request = json.loads(descriptor.command)
+        if request.get("op") != "checkpoint":
+            return
+        # A full checkpoint makes every older one of the fragment useless: drop them, so a
+        # backup holds at most one full checkpoint and the deltas since.
+        fragment, movement = request["fragment"], int(request["movement"])
+        with self._inbox_lock:
+            packed = self._inbox.get((fragment, movement))
+            if packed is None or json.loads(packed.data).get("kind") != "full":
+                return
+            for key in [k for k in self._inbox if k[0] == fragment and k[1] < movement]:
+                del self._inbox[key]
 
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.FlightDataStream:
         request = json.loads(ticket.ticket)

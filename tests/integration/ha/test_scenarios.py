@@ -78,5 +78,9 @@ def test_crash_once_per_failover_technique(tmp_path) -> None:
     assert replay["mode"] == "replay" and replay["replay_from_ms"] > 0
     restored = report["techniques"]["passive_standby"]["take_over"][0]
     assert restored["mode"] == "checkpoint" and restored["next_bucket"] > 0
+    # A full checkpoint, then deltas every 500 ms: the backup rebuilt the state from both.
+    assert restored["deltas_applied"] >= 1
+    shipped = report["techniques"]["passive_standby"]["checkpoint_bytes_shipped"]
+    assert shipped["full"] > 0 and shipped["delta"] > 0
     active = report["techniques"]["active_standby"]
     assert [(s["from"], s["to"]) for s in active["switches"]][-1] == ("B", "B2")
