@@ -53,6 +53,7 @@ from app.availability.delta import apply as apply_delta
 from app.availability.delta import diff as diff_state
 from app.availability.simulation import source_rows
 from app.availability.tuples import Key, Kind
+from spark_jobs.ha.registry import RegistryReporter
 from spark_jobs.ha.wire import HAClient, HAServer
 from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient
 
@@ -504,6 +505,12 @@ class HANode:
     def run(self) -> None:
         beat = threading.Thread(target=self._heartbeats, daemon=True)
         beat.start()
+        reporter = None
+        if self.config.get("registry"):
+            reporter = RegistryReporter(
+                self.config["registry"], lambda: self.heartbeat()["state"], self.server.location
+            )
+            reporter.start()
         rows: list[Any] = []
         if self.role == "source":
             spec = self.config["source"]
@@ -526,6 +533,8 @@ class HANode:
                     self.errors += 1
                     traceback.print_exc()
             time.sleep(max(0.0, self.loop_s - (time.monotonic() - began)))
+        if reporter is not None:
+            reporter.stop()
         self.server.shutdown()
 
 

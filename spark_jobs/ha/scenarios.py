@@ -302,8 +302,18 @@ def run_partition(t: Timings, workdir: Path) -> dict[str, Any]:
 
 
 # -- tentative ------------------------------------------------------------------------------
-def run_tentative(t: Timings, workdir: Path) -> dict[str, Any]:
+def run_tentative(
+    t: Timings,
+    workdir: Path,
+    *,
+    registry: dict[str, dict[str, Any]] | None = None,
+    during_failure: Callable[[], Any] | None = None,
+) -> dict[str, Any]:
+    """``registry``: per node, where and as whom it reports to the registry (see
+    ``spark_jobs.ha.registry``); ``during_failure`` is called once the replicas went
+    tentative, and what it returns is in the report."""
     window = {"type": "window_count", "window_ms": t.window_ms}
+    registry = registry or {}
     with Cluster(workdir, startup_seconds=t.startup_s) as cluster:
         to_c = cluster.proxy("S2-C", "S2")
         to_c2 = cluster.proxy("S2-C2", "S2")
@@ -318,6 +328,7 @@ def run_tentative(t: Timings, workdir: Path) -> dict[str, Any]:
                     {"s1": {"S1": s1}, "s2": {"S2": to_c.location}},
                     fragment="C",
                     peers={"C2": cluster.location("C2")},
+                    registry=registry.get("C"),
                 ),
                 "C2": _fragment(
                     t,
@@ -325,6 +336,7 @@ def run_tentative(t: Timings, workdir: Path) -> dict[str, Any]:
                     {"s1": {"S1": s1}, "s2": {"S2": to_c2.location}},
                     fragment="C",
                     peers={"C": cluster.location("C")},
+                    registry=registry.get("C2"),
                 ),
             }
         )
@@ -332,6 +344,12 @@ def run_tentative(t: Timings, workdir: Path) -> dict[str, Any]:
         to_c.cut(t.cut_mode)  # type: ignore[arg-type]
         to_c2.cut(t.cut_mode)  # type: ignore[arg-type]
         failure_at = cluster.now_ms()
+        seen_during_failure = None
+        if during_failure is not None:
+            # Past the delay budget (the replicas went tentative) and a report interval later.
+            budget = round(0.9 * t.max_delay_ms)
+            cluster.sleep_until(min(t.fail_at_ms + budget + 700, t.fail_at_ms + t.fail_for_ms))
+            seen_during_failure = during_failure()
         cluster.sleep_until(t.fail_at_ms + t.fail_for_ms)
         to_c.heal()
         to_c2.heal()
@@ -371,6 +389,7 @@ def run_tentative(t: Timings, workdir: Path) -> dict[str, Any]:
         "rec_dones": view.rec_dones,
         "stabilizations": {"C": ours, "C2": theirs},
         "history": {"C": status["history"], "C2": status2["history"]},
+        "seen_during_failure": seen_during_failure,
         **latency,
         "consumer_loop_errors": status["errors"],
         "difference": _difference(expected, got),

@@ -4,12 +4,14 @@ the host at epoch 1 (the fence C applies), and the replica record becomes the ta
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from app.agent.client import FedloadClient
 from app.agent.coordinator import RegistryCoordinator
 from app.settings import Settings
-from spark_jobs.ha.scenarios import Timings, run_crash
+from spark_jobs.ha.scenarios import Timings, run_crash, run_tentative
 from tests.support.live_server import serve
 
 ADMIN = "ha-admin-key"
@@ -52,4 +54,52 @@ def test_passive_standby_failover_through_the_registry(db_url: str, tmp_path) ->
             assert admin._call("GET", "/v1/replicas") == []
         finally:
             for client in (admin, *clients.values()):
+                client.close()
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_replica_states_reach_the_admin_api_during_a_partition(db_url: str, tmp_path) -> None:
+    """C and its replica C2 report their DPC state; during the partition the admin sees the
+    replica in UP_FAILURE, after reconciliation STABLE again."""
+    with serve(Settings(database_url=db_url, admin_key=ADMIN, environment="test")) as url:
+        admin = FedloadClient(url, ADMIN)
+        keys = {}
+        for name in ("C", "C2"):
+            keys[name] = admin._call(
+                "POST", "/v1/participants", json={"name": name, "capacity": 100}
+            )["api_key"]
+        owner, host = FedloadClient(url, keys["C"]), FedloadClient(url, keys["C2"])
+        terms = {
+            "partner": "C2",
+            "price_min": 0.2,
+            "price_max": 0.3,
+            "availability": {"recovery": "precise", "replica_hosting": True},
+        }
+        contract = owner._call("POST", "/v1/contracts", json=terms)
+        host._call("POST", f"/v1/contracts/{contract['id']}/accept", json={"version": 1})
+        owner._call("POST", "/v1/tasks", json={"name": "C", "load": 3})
+        owner._call("POST", "/v1/tasks/C/replicas", json={"k": 1})
+        try:
+            report = run_tentative(
+                Timings.quick(),
+                tmp_path,
+                registry={
+                    "C": {"url": url, "key": keys["C"]},
+                    "C2": {"url": url, "key": keys["C2"], "replica_of": "C"},
+                },
+                during_failure=lambda: admin._call("GET", "/v1/replicas"),
+            )
+            assert report["checks"]["output_matches_reference"], report["difference"]
+            during = report["seen_during_failure"]
+            assert [(r["host"], r["state"]) for r in during] == [("C2", "UP_FAILURE")]
+            # The reporter sends every 200 ms: the reconciled state arrives shortly after.
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                after = admin._call("GET", "/v1/replicas")
+                if after[0]["reported_state"] == "STABLE":
+                    break
+                time.sleep(0.1)
+            assert after[0]["reported_state"] == "STABLE"
+        finally:
+            for client in (admin, owner, host):
                 client.close()
