@@ -13,7 +13,6 @@ from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
-from app.admin.acceptability import LoadPoint, Verdict, verdict
 from app.agent.bpm_decisions import BpmDecisions
 from app.agent.decisions import ContractView
 from app.audit import service as audit
@@ -23,6 +22,7 @@ from app.contracts import service as contracts
 from app.contracts.schemas import ContractEventRead, ContractRead, LedgerRead
 from app.errors import NotFound
 from app.market.cost_models import CostModelError, build_cost_model, marginal_cost
+from app.market.measured_allocation import LoadPoint, Verdict, verdict
 from app.models import AuditEntry, Contract, ContractStatus, Participant, ParticipantSample
 from app.movements import repository as movements_repo
 from app.movements import service as movements

@@ -28,6 +28,7 @@ from app.db.migrate import upgrade
 from app.db.session import unit_of_work
 from app.federation.apply import apply_federation
 from app.federation.document import FederationDoc, load_federation
+from app.market.measured_allocation import LoadPoint, verdict
 from app.server import serve_in_thread
 from app.settings import Settings
 from spark_jobs.demo.fragments import (
@@ -86,19 +87,11 @@ def scaled(doc: FederationDoc, factor: float) -> FederationDoc:
 
 
 def acceptable_allocation(
-    loads: dict[str, float], thresholds: dict[str, float], tolerance: float = 0.01
+    loads: dict[str, float], thresholds: dict[str, float]
 ) -> tuple[bool, str]:
-    """DESIGN.md's acceptable allocation: everyone below threshold; or, when the total load
-    exceeds the total threshold capacity, everyone at or above it."""
-    over = sorted(n for n in loads if loads[n] > thresholds[n] * (1 + tolerance))
-    if not over:
-        return True, ""
-    if sum(loads.values()) > sum(thresholds.values()):
-        under = sorted(n for n in loads if loads[n] < thresholds[n] * (1 - tolerance))
-        if not under:
-            return True, ""
-        return False, f"overloaded system, yet {', '.join(under)} below threshold"
-    return False, f"{', '.join(over)} above threshold while others have room"
+    """DESIGN.md's acceptable allocation on the agents' measured loads, with the reason if not."""
+    judged = verdict([LoadPoint(n, loads[n], thresholds[n]) for n in loads])
+    return judged.acceptable, "" if judged.acceptable else "; ".join(judged.reasons)
 
 
 class _Clock:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.admin.acceptability import LoadPoint, verdict
+from app.market.measured_allocation import LoadPoint, verdict
 
 
 def test_everyone_below_threshold_is_acceptable() -> None:

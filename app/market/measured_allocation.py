@@ -1,4 +1,7 @@
-"""Is the federation in an acceptable allocation right now, and if not, why not. Pure.
+"""Is a federation of *measured* loads in an acceptable allocation, and if not, why not. Pure.
+
+Used by the live demo and the admin UI, which see loads as agents measure them; the simulator
+uses the task-granular check in ``app.market.allocation``, which also needs the cost models.
 
 DESIGN.md: an allocation is acceptable when every participant is below its capacity threshold
 or, when the total offered load exceeds the total capacity (the sum of thresholds), every
