@@ -53,13 +53,18 @@ def _progress(console: Console) -> Progress:
 
 @contextmanager
 def _spark(master: str | None, app_name: str, shuffle_partitions: int) -> Iterator[Any]:
+    from pyspark.sql import SparkSession
+
     from spark_jobs.session import build_session
 
+    # A session someone else started (a warm one in the tests, a notebook's) is theirs to stop.
+    borrowed = SparkSession.getActiveSession() is not None
     session = build_session(app_name=app_name, master=master, shuffle_partitions=shuffle_partitions)
     try:
         yield session
     finally:
-        session.stop()
+        if not borrowed:
+            session.stop()
 
 
 # --- one federation ------------------------------------------------------------------------------
