@@ -43,9 +43,11 @@ from app.market.allocation import Standing, check_allocation
 from app.market.cost_models import CostModel, build_cost_model, marginal_cost
 from app.market.lower_bound import cost_lower_bound
 
-# Load travels over at most this many contracts in one chained move unless told otherwise
-# (A -> B -> C, DESIGN.md's example).
-DEFAULT_MAX_HOPS = 2
+# Load travels over as many contracts as it takes (DESIGN.md: "load can travel over several
+# hops"); short chains are tried first. A cap of 2 (A -> B -> C only) left a participant far
+# above its threshold whenever its whole 2-hop neighbourhood had filled up while the rest of
+# the federation had room (bench/whatif/diagnose.py: "fits_beyond_2" and most "past_capacity").
+DEFAULT_MAX_HOPS: int | None = None
 
 
 @dataclass(frozen=True)
@@ -391,22 +393,35 @@ class _Federation:
         return {i, origin}
 
     def _paths(self, i: int) -> list[list[_Edge]]:
-        """Contract paths from ``i``: its own contracts first, then breadth-first forwarding."""
+        """Contract paths from ``i``: its own contracts first, then forwarding, shortest first.
+
+        A relay is paid at least what it pays on, so prices never rise along a chain: a path
+        is only extended over a contract whose floor is at most the lowest ceiling so far.
+        Within that rule a participant is reached again by a longer path only when that path
+        leaves a strictly higher ceiling (more price room for the taker), so fixed-price
+        contracts still find the one route whose prices do not rise, and the search ends
+        (each participant is reached at most once per distinct ceiling).
+        """
         paths: list[list[_Edge]] = []
-        seen = {i}
-        layer: list[list[_Edge]] = [[]]
+        best = {i: math.inf}
+        layer: list[tuple[list[_Edge], float]] = [([], math.inf)]
         depth = 0
         while layer and (self.max_hops is None or depth < self.max_hops):
             depth += 1
-            nxt: list[list[_Edge]] = []
-            for path in layer:
+            nxt: list[tuple[list[_Edge], float]] = []
+            for path, ceiling in layer:
                 at = path[-1].partner if path else i
+                on_path = {i, *(e.partner for e in path)}
                 for edge in self.edges[at]:
-                    if edge.partner in seen or not self.online[edge.partner]:
+                    j = edge.partner
+                    if j in on_path or not self.online[j] or edge.price_min > ceiling:
                         continue
-                    seen.add(edge.partner)
-                    nxt.append([*path, edge])
-            paths.extend(nxt)
+                    room = min(ceiling, edge.price_max)
+                    if room <= best.get(j, -math.inf):
+                        continue
+                    best[j] = room
+                    nxt.append(([*path, edge], room))
+            paths.extend(p for p, _ in nxt)
             layer = nxt
         return paths
 
