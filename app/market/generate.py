@@ -25,6 +25,12 @@ from app.market.cost_models import MM1Cost, threshold_for_price
 # capacity threshold sits near it (Borealis's demo runs its nodes to about 80%).
 THRESHOLD_UTILISATION = 0.8
 BASE_CAPACITY = 100.0
+# No generated task exceeds this fraction of the smallest capacity threshold in the federation.
+# A stream-processing task that no participant could host below its threshold (the skew can
+# give one participant several times its capacity, and a few tasks per participant then make
+# single tasks larger than any threshold) is not a load-management problem but an unrunnable
+# query; the bench's failures at large k were such tasks. Larger parts are split evenly.
+MAX_TASK_FRACTION = 0.5
 
 
 def _check(name: str, ok: bool, what: str) -> None:
@@ -83,6 +89,9 @@ def generate_federation(
     - ``load_skew``: 0 spreads load in proportion to capacity; larger values concentrate it
       (log-normal weights with this sigma).
     - ``capacity_spread``: capacities are 100 * (1 + spread) ** U(-1, 1).
+    - ``tasks_per_participant``: each participant's load is split into this many tasks
+      (Dirichlet shares); a share above ``MAX_TASK_FRACTION`` of the smallest threshold is split
+      evenly into more tasks, so this is a minimum.
     - ``overload``: total offered load as a fraction of the total threshold load; below 1 the
       federation is underloaded, above 1 overloaded.
     - ``common_price``: centre every contract on one price, the median of the participants'
@@ -140,11 +149,19 @@ def generate_federation(
     weights = capacities * np.exp(load_skew * rng.standard_normal(participants))
     total = overload * float(thresholds.sum())
     loads = total * weights / weights.sum()
+    smallest_threshold = float(thresholds.min())
+    largest_task = MAX_TASK_FRACTION * smallest_threshold if smallest_threshold > 0 else math.inf
     tasks: list[TaskSpec] = []
     for i, name in enumerate(names):
         parts = rng.dirichlet(np.full(tasks_per_participant, 4.0)) * loads[i]
-        for j, part in enumerate(parts):
-            tasks.append(TaskSpec(name=f"{name}.t{j:02d}", owner=name, load=float(part)))
+        sizes = [
+            float(part) / pieces
+            for part in parts
+            for pieces in [max(1, math.ceil(float(part) / largest_task))]
+            for _ in range(pieces)
+        ]
+        for j, size in enumerate(sizes):
+            tasks.append(TaskSpec(name=f"{name}.t{j:02d}", owner=name, load=size))
 
     participants_specs = tuple(
         ParticipantSpec(name=names[i], capacity=float(capacities[i]), cost_model={"kind": "mm1"})

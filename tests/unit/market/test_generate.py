@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.market.cost_models import MM1Cost
-from app.market.generate import THRESHOLD_UTILISATION, generate_federation
+from app.market.cost_models import MM1Cost, threshold_for_price
+from app.market.generate import MAX_TASK_FRACTION, THRESHOLD_UTILISATION, generate_federation
 from app.market.lower_bound import components
 
 
@@ -101,3 +104,41 @@ def test_bad_parameters_name_themselves(kwargs, name) -> None:
     )
     with pytest.raises(ValueError, match=name):
         generate_federation(**{**base, **kwargs})
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(2, 30),
+    tasks=st.integers(1, 8),
+    seed=st.integers(0, 10_000),
+    skew=st.floats(0.0, 2.0),
+    spread=st.floats(0.0, 1.0),
+    common=st.booleans(),
+)
+def test_no_task_is_larger_than_half_the_smallest_threshold_and_load_is_kept(
+    n, tasks, seed, skew, spread, common
+) -> None:
+    kw = dict(
+        participants=n,
+        contracts_per_participant=2,
+        price_range_width=0.1,
+        load_skew=skew,
+        capacity_spread=spread,
+        seed=seed,
+        tasks_per_participant=tasks,
+        overload=0.7,
+        common_price=common,
+    )
+    doc = generate_federation(**kw)
+    thresholds = _generator_thresholds(doc, common)
+    assert max(t.load for t in doc.tasks) <= MAX_TASK_FRACTION * min(thresholds) * (1 + 1e-9)
+    assert min(Counter(t.owner for t in doc.tasks).values()) >= tasks
+    assert sum(t.load for t in doc.tasks) == pytest.approx(0.7 * sum(thresholds))
+
+
+def _generator_thresholds(doc, common: bool) -> list[float]:
+    caps = [p.capacity for p in doc.participants]
+    if not common:
+        return [THRESHOLD_UTILISATION * c for c in caps]
+    median_mc = float(np.median([MM1Cost(c).derivative(THRESHOLD_UTILISATION * c) for c in caps]))
+    return [threshold_for_price(MM1Cost(c), median_mc) for c in caps]
