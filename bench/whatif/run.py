@@ -345,7 +345,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--round-participants", type=int, default=1000, help="part 3 (rounds)")
     parser.add_argument("--round-seeds", type=int, default=10)
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--parts",
+        default="sweep,large,rounds",
+        help=(
+            "comma-separated subset of sweep (throughput and simulator quality), large, rounds; "
+            "parts not run keep their previous figures from --json, marked as carried over"
+        ),
+    )
     args = parser.parse_args(argv)
+    parts = set(args.parts.split(","))
+    unknown = parts - {"sweep", "large", "rounds"}
+    if unknown:
+        parser.error(f"--parts: unknown part(s) {sorted(unknown)}")
+    previous: dict[str, Any] = {}
+    if args.json and args.json.exists():
+        previous = json.loads(args.json.read_text())
     sweep = quality_sweep(args.participants, args.seeds, args.max_steps, args.tasks)
     spark = build_session(
         app_name="fedload-bench-whatif",
@@ -353,33 +368,48 @@ def main(argv: list[str] | None = None) -> int:
         shuffle_partitions=4,
         extra={"spark.driver.memory": "4g"},
     )
+    throughput: dict[str, Any] | None = None
+    large: dict[str, Any] | None = None
+    simulator_quality: dict[str, Any] | None = None
     try:
-        print(f"sweep: {sweep.size} simulations", flush=True)
-        throughput, results = bench_sweep(spark, sweep, args.repeats)
-        print(
-            f"sweep throughput: Spark local[2] {throughput['spark_per_s']:.1f} sims/s vs one "
-            f"process {throughput['in_process_per_s']:.1f} sims/s: ratio "
-            f"{throughput['ratio']:.2f} (identical results: {throughput['identical_results']})",
-            flush=True,
-        )
-        print(f"large federation: {args.large} participants, k = {args.large_k}", flush=True)
-        large = bench_large(spark, args.large, args.large_k, args.max_rounds)
-        print(
-            f"large: {large['seconds_per_round_median']:.1f} s per round (median), acceptable "
-            f"after {large['rounds_to_acceptable']} rounds, peak RSS "
-            f"{large['peak_rss_mib']['total']:.0f} MiB",
-            flush=True,
-        )
+        if "sweep" in parts:
+            print(f"sweep: {sweep.size} simulations", flush=True)
+            throughput, results = bench_sweep(spark, sweep, args.repeats)
+            simulator_quality = quality(results)
+            print(
+                f"sweep throughput: Spark local[2] {throughput['spark_per_s']:.1f} sims/s vs "
+                f"one process {throughput['in_process_per_s']:.1f} sims/s: ratio "
+                f"{throughput['ratio']:.2f} (identical results: "
+                f"{throughput['identical_results']})",
+                flush=True,
+            )
+        if "large" in parts:
+            print(f"large federation: {args.large} participants, k = {args.large_k}", flush=True)
+            large = bench_large(spark, args.large, args.large_k, args.max_rounds)
+            print(
+                f"large: {large['seconds_per_round_median']:.1f} s per round (median), "
+                f"acceptable after {large['rounds_to_acceptable']} rounds, peak RSS "
+                f"{large['peak_rss_mib']['total']:.0f} MiB",
+                flush=True,
+            )
     finally:
         spark.stop()
-    print("quality of the round algorithm", flush=True)
+    rounds_quality = None
+    if "rounds" in parts:
+        print("quality of the round algorithm", flush=True)
+        rounds_quality = round_quality(args.round_participants, args.round_seeds)
+    fresh = {
+        "sweep": throughput,
+        "large": large,
+        "quality_simulator": simulator_quality,
+        "quality_rounds": rounds_quality,
+    }
+    carried = sorted(k for k, v in fresh.items() if v is None and k in previous)
     result = {
         "machine": machine(),
         "args": vars(args) | {"json": None},
-        "sweep": throughput,
-        "large": large,
-        "quality_simulator": quality(results),
-        "quality_rounds": round_quality(args.round_participants, args.round_seeds),
+        **{k: v if v is not None else previous.get(k) for k, v in fresh.items()},
+        "carried_over_from_previous_run": carried,
     }
     print(json.dumps(result, indent=2, default=str))
     if args.json:
