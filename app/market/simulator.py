@@ -17,8 +17,9 @@ flight. Its offer is, in order:
    returning it to where it came from is cheaper for both at their agreed price;
 2. a forward offer to its partners, cheapest contract first (``app.market.bpm``);
 3. if no partner can take anything, the offer is forwarded breadth-first along the partners'
-   own contracts, up to ``max_hops`` contracts in all (a chained move A -> B -> C; the relay
-   hosts nothing and is paid at least what it pays on). A task never revisits a participant on
+   own contracts, shortest chains first and by default as far as it takes (``max_hops`` caps
+   it): a chained move A -> B -> C -> ...; each relay hosts nothing and is paid at least what
+   it pays on, so prices never rise along the chain. A task never revisits a participant on
    its chain: load only goes home by a move-back.
 
 A task moved under a contract stays put (no forward move, no move-back) for that contract's
@@ -392,15 +393,16 @@ class _Federation:
             self.relocations += 1
         return {i, origin}
 
-    def _paths(self, i: int) -> list[list[_Edge]]:
+    def _paths(self, i: int, budget: float = math.inf) -> list[list[_Edge]]:
         """Contract paths from ``i``: its own contracts first, then forwarding, shortest first.
 
         A relay is paid at least what it pays on, so prices never rise along a chain: a path
-        is only extended over a contract whose floor is at most the lowest ceiling so far.
-        Within that rule a participant is reached again by a longer path only when that path
-        leaves a strictly higher ceiling (more price room for the taker), so fixed-price
-        contracts still find the one route whose prices do not rise, and the search ends
-        (each participant is reached at most once per distinct ceiling).
+        is only extended over a contract whose floor is at most the lowest ceiling so far, and
+        never over one whose floor exceeds ``budget``, the most the giver could pay per unit.
+        Within those rules a participant is reached again by a longer path only when it leaves
+        a strictly higher ceiling (more price room for the taker), so fixed-price contracts
+        still find the one route whose prices do not rise, and the search ends (each
+        participant is reached at most once per distinct ceiling).
         """
         paths: list[list[_Edge]] = []
         best = {i: math.inf}
@@ -414,7 +416,9 @@ class _Federation:
                 on_path = {i, *(e.partner for e in path)}
                 for edge in self.edges[at]:
                     j = edge.partner
-                    if j in on_path or not self.online[j] or edge.price_min > ceiling:
+                    if j in on_path or not self.online[j]:
+                        continue
+                    if edge.price_min > ceiling or edge.price_min > budget:
                         continue
                     room = min(ceiling, edge.price_max)
                     if room <= best.get(j, -math.inf):
@@ -439,7 +443,9 @@ class _Federation:
         if not bpm.offer_set(model, load, ranked, lowest, delta):
             return None  # nothing is worth shedding even at its cheapest contract's floor
         offered_any = False
-        for path in self._paths(i):
+        # Per unit, no set of tasks saves more than the marginal cost of the last unit.
+        budget = model.derivative(load) - delta
+        for path in self._paths(i, budget):
             nodes = [e.partner for e in path]
             j = nodes[-1]
             eligible = [
