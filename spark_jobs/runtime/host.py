@@ -66,6 +66,8 @@ class _BoundaryPublisher(StreamingQueryListener):
 
     def __init__(self) -> None:
         self.outputs: dict[str, tuple[str, str, int, float]] = {}
+        # Sinks that may hold the boundary back (DPC: no BOUNDARY while output is tentative).
+        self.sinks: dict[str, SOutput] = {}
         self.errors: list[str] = []
 
     def onQueryStarted(self, event: Any) -> None:
@@ -81,6 +83,9 @@ class _BoundaryPublisher(StreamingQueryListener):
         progress = event.progress
         target = self.outputs.get(str(progress.id))
         if target is None:
+            return
+        sink = self.sinks.get(str(progress.id))
+        if sink is not None and sink.holds_boundaries():
             return
         location, stream, epoch, bucket_seconds = target
         boundary = _output_boundary(progress.eventTime, progress.sources, bucket_seconds)
@@ -208,9 +213,16 @@ class FragmentRuntime:
         return self._running[fragment].sink
 
     def start(
-        self, spec: FragmentSpec, *, epoch: int, replay_from: int | None = None
+        self,
+        spec: FragmentSpec,
+        *,
+        epoch: int,
+        replay_from: int | None = None,
+        sink: SOutput | None = None,
     ) -> StreamingQuery:
-        """Run the fragment from its checkpoint here (or, with none, from ``replay_from``)."""
+        """Run the fragment from its checkpoint here (or, with none, from ``replay_from``).
+
+        ``sink`` replaces the plain SOutput (DPC passes its own, kept across restarts)."""
         if self.is_running(spec.name):
             raise RuntimeError(f"{spec.name} already runs on {self.name}")
         inputs = [{"location": i.location, "stream": i.stream} for i in spec.inputs]
@@ -226,7 +238,8 @@ class FragmentRuntime:
             reader = reader.option("max_buckets_per_batch", str(spec.max_buckets_per_batch))
         for key, value in spec.options.items():
             reader = reader.option(key, value)
-        sink = SOutput(spec.output.location, spec.output.stream, epoch)
+        if sink is None:
+            sink = SOutput(spec.output.location, spec.output.stream, epoch)
         query = (
             spec.build(reader.load())
             .writeStream.queryName(f"{spec.name}@{self.name}")
@@ -242,6 +255,7 @@ class FragmentRuntime:
             epoch,
             spec.bucket_seconds,
         )
+        self._boundaries.sinks[str(query.id)] = sink
         self._running[spec.name] = _Running(spec, query, sink, epoch)
         self._specs[spec.name] = spec
         return query
@@ -251,6 +265,7 @@ class FragmentRuntime:
         if running is not None:
             stop_after_commit(running.query)
             self._boundaries.outputs.pop(str(running.query.id), None)
+            self._boundaries.sinks.pop(str(running.query.id), None)
 
     def pack(self, fragment: str) -> PackedCheckpoint:
         if self.is_running(fragment):

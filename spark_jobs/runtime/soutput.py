@@ -29,6 +29,10 @@ class SOutput:
         self.written = 0
         self.skipped = 0
 
+    def holds_boundaries(self) -> bool:
+        """True while the output BOUNDARY must not advance (a DPC sink in failure)."""
+        return False
+
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         self.write(batch, batch_id)
 

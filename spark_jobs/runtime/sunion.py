@@ -17,21 +17,37 @@ query, so all coordination is through the Flight endpoints named in the options.
 Options: ``inputs`` (JSON list of ``{"location", "stream"}``), ``consumer`` (the fragment name:
 acknowledgements belong to the fragment, not to a host, so a moved fragment keeps its place),
 ``start_bucket`` (replay point when there is no checkpoint), ``max_buckets_per_batch``.
+
+DPC (optional, ``delay_budget_ms`` set): a bucket some input has not closed is released
+TENTATIVE once the clock passes its end plus the budget (``app.availability.sunion`` decides;
+see ``spark_jobs/runtime/dpc.py`` for the rest). Such an offset carries ``tentative_from``, the
+first bucket of its range released without every boundary; it lands in Spark's offset log, which
+is how the sink learns that a batch is tentative. Extra options: ``bucket_ms`` (the bucket width
+in stime milliseconds), ``delay_strategy`` (``delay_each``/``delay_first``), and the clock: an
+injected one (``clock_location``/``clock_stream``: "now" in ms is that stream's boundary) or wall
+time shifted by ``clock_offset_ms`` (now = wall ms - offset). If the declared schema has a
+string column ``kind`` the source fills it with STABLE/TENTATIVE per row.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from app.availability.sunion import DelayStrategy, SUnion
+from app.availability.tuples import Message
 from spark_jobs.runtime.transport import StreamClient
+
+KIND_COLUMN = "kind"
 
 
 @dataclass(frozen=True)
@@ -42,6 +58,8 @@ class BucketRange(InputPartition):
     stream: str
     lo: int
     hi: int
+    # DPC: buckets from here on were released without every input's boundary.
+    tentative_from: int | None = None
 
 
 class SUnionDataSource(DataSource):
@@ -67,6 +85,18 @@ class SUnionReader(DataSourceStreamReader):
         self.max_buckets = int(options.get("max_buckets_per_batch", "0")) or None
         self.schema = schema
         self._clients: dict[str, StreamClient] = {}
+        budget = options.get("delay_budget_ms")
+        self.delay_budget_ms = int(budget) if budget is not None else None
+        self.bucket_ms = int(options.get("bucket_ms", "1000"))
+        self.strategy = DelayStrategy(options.get("delay_strategy", DelayStrategy.DELAY_EACH))
+        self.clock_location = options.get("clock_location")
+        self.clock_stream = options.get("clock_stream")
+        self.clock_offset_ms = int(options.get("clock_offset_ms", "0"))
+        if (self.clock_location is None) != (self.clock_stream is None):
+            raise ValueError("SUnion: clock_location and clock_stream go together")
+        # First bucket this reader released tentatively: the reader is in failure from then on
+        # (a new reader, after reconciliation restarts the query, starts stable again).
+        self._first_tentative: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # gRPC channels cannot be pickled; executors open their own in read().
@@ -92,9 +122,56 @@ class SUnionReader(DataSourceStreamReader):
         candidates = firsts or boundaries
         return {"bucket": min(candidates) if candidates else 0}
 
+    def _now_ms(self) -> int:
+        if self.clock_location is not None and self.clock_stream is not None:
+            boundary = self._client(self.clock_location).info(self.clock_stream)["boundary"]
+            return int(boundary) if boundary is not None else 0
+        return int(time.time() * 1000) - self.clock_offset_ms
+
+    def _dpc_offset(self, start: dict[str, int] | None, boundaries: list[int | None]) -> Any:
+        # The bucket rules are app.availability.sunion's; this only feeds it the boundaries
+        # (rows stay in the logs, read by executors) and asks it which buckets may go now.
+        assert self.delay_budget_ms is not None
+        begin = start["bucket"] if start else self.initialOffset()["bucket"]
+        names = [f"{i['location']}/{i['stream']}" for i in self.inputs]
+        rules = SUnion(
+            names,
+            bucket_ms=self.bucket_ms,
+            delay_budget_ms=self.delay_budget_ms,
+            strategy=self.strategy,
+            start_bucket=begin,
+        )
+        for name, boundary in zip(names, boundaries, strict=True):
+            if boundary is not None:
+                rules.receive(name, Message.boundary(boundary * self.bucket_ms))
+        now = self._now_ms()
+        limit = begin + self.max_buckets if self.max_buckets is not None else None
+        tentative_from: int | None = None
+        while limit is None or rules.next_bucket < limit:
+            bucket = rules.release(now, in_failure=self._first_tentative is not None)
+            if bucket is None:
+                break
+            if not bucket.stable and tentative_from is None:
+                tentative_from = bucket.number
+                if self._first_tentative is None:
+                    self._first_tentative = bucket.number
+        end = rules.next_bucket
+        if end == begin and start is not None:
+            # Spark sees "no new data" only when the offset is equal to the start, extras too.
+            return start
+        offset: dict[str, int] = {"bucket": end}
+        if tentative_from is not None:
+            offset["tentative_from"] = tentative_from
+        return offset
+
     def latestOffset(
         self, start: dict[str, int] | None = None, limit: Any = None
     ) -> dict[str, int]:
+        if self.delay_budget_ms is not None:
+            result: dict[str, int] = self._dpc_offset(
+                start, [info["boundary"] for info in self._infos()]
+            )
+            return result
         # Stable path: a bucket is released when every input's boundary has passed it. An input
         # that never sent a boundary holds everything back (DPC's tentative path would release
         # after the delay budget instead; not done here).
@@ -112,7 +189,8 @@ class SUnionReader(DataSourceStreamReader):
         lo, hi = start["bucket"], end["bucket"]
         if lo >= hi:
             return []
-        return [BucketRange(i["location"], i["stream"], lo, hi) for i in self.inputs]
+        tentative = end.get("tentative_from")
+        return [BucketRange(i["location"], i["stream"], lo, hi, tentative) for i in self.inputs]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, BucketRange)
@@ -121,6 +199,7 @@ class SUnionReader(DataSourceStreamReader):
         # be refused by a reader declaring non-null fields, so conform each batch. Timestamps are
         # UTC throughout (the session time zone and the generator agree).
         target = to_arrow_schema(self.schema, timezone="UTC")
+        kinded = KIND_COLUMN in target.names
         # A fresh client per task: read() runs in executor workers on a pickled copy.
         with StreamClient(partition.location) as client:
             reader = client.read(partition.stream, partition.lo, partition.hi)
@@ -128,22 +207,44 @@ class SUnionReader(DataSourceStreamReader):
                 batch = chunk.data
                 if not batch.num_rows:
                     continue
+                if kinded and KIND_COLUMN not in batch.schema.names:
+                    batch = self._with_kind(batch, partition)
                 if batch.schema != target:
+                    # With a kind column, match by name (it was appended last here).
+                    columns = (
+                        [batch.column(field.name) for field in target] if kinded else batch.columns
+                    )
                     batch = pa.RecordBatch.from_arrays(
                         [
                             column.cast(field.type)
-                            for column, field in zip(batch.columns, target, strict=True)
+                            for column, field in zip(columns, target, strict=True)
                         ],
                         schema=target,
                     )
                 yield batch
 
+    def _with_kind(self, batch: pa.RecordBatch, partition: BucketRange) -> pa.RecordBatch:
+        micros = batch.column("stime").cast(pa.int64()).to_numpy()
+        if partition.tentative_from is None:
+            tentative = np.zeros(len(micros), dtype=bool)
+        else:
+            tentative = micros // (self.bucket_ms * 1000) >= partition.tentative_from
+        kinds = pa.array(np.where(tentative, "TENTATIVE", "STABLE"), type=pa.string())
+        return pa.RecordBatch.from_arrays(
+            [*batch.columns, kinds], names=[*batch.schema.names, KIND_COLUMN]
+        )
+
     def commit(self, end: dict[str, int]) -> None:
         # Spark has durably committed every batch up to ``end``: the producers may trim their
         # logs below it. Acknowledging later than this would only cost memory; earlier would
         # lose rows that a restart from the checkpoint must re-read.
+        # DPC: buckets released tentatively must stay in the logs, because reconciliation
+        # restores the checkpoint taken before the first of them and reads them again.
+        bucket = end["bucket"]
+        if self._first_tentative is not None:
+            bucket = min(bucket, self._first_tentative)
         for i in self.inputs:
-            self._client(i["location"]).ack(i["stream"], self.consumer, end["bucket"])
+            self._client(i["location"]).ack(i["stream"], self.consumer, bucket)
 
     def stop(self) -> None:
         for client in self._clients.values():

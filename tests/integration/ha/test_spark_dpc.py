@@ -1,0 +1,156 @@
+"""DPC on a real Spark streaming query: tentative buckets after the delay budget, then
+checkpoint/redo with Spark's own checkpoint, compared with a failure-free reference run.
+
+The fragment is stateful (distinct ports per source and 4 s window) and reads two inputs over
+Arrow Flight; input B's boundaries are withheld from bucket 4 on. Time is an injected clock (a
+Flight stream's boundary) so the budget is exact and the test does not wait for it: what it
+checks is which buckets go out tentatively at which clock value, and that after the heal the
+stable output equals the reference, with each row once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+
+from app.availability.states import NodeState
+from app.availability.tuples import Kind
+from spark_jobs.generators import ConnectionGenerator, RateSchedule
+from spark_jobs.generators.connections import bucket_of
+from spark_jobs.runtime import FragmentRuntime, StreamRef, StreamServer, publish
+from spark_jobs.runtime.dpc import DPCFragment, DPCSettings, consumer_view
+from tests.integration.runtime.conftest import BUCKET, GENERATOR, declare, ports_fragment, rows
+
+pytestmark = pytest.mark.spark
+
+SECONDS = 10
+WITHHELD_FROM = 4
+OTHER = ConnectionGenerator(seed=12, schedule=RateSchedule.constant(40), scan_rate=4)
+X = 3.0
+FIRST = bucket_of(round(GENERATOR.epoch.timestamp() * 1_000_000), BUCKET)
+
+
+def _ms(bucket: int) -> int:
+    return bucket * round(BUCKET * 1000)
+
+
+@pytest.fixture
+def servers():
+    made = {"a": StreamServer(), "b": StreamServer(), "home": StreamServer()}
+    try:
+        yield made
+    finally:
+        for server in made.values():
+            server.shutdown()
+
+
+def _spec(servers, suffix: str):
+    base = ports_fragment(
+        f"ports{suffix}", servers["a"], f"a{suffix}", servers["home"], f"out{suffix}"
+    )
+    return dataclasses.replace(
+        base,
+        inputs=(
+            StreamRef(servers["a"].location, f"a{suffix}"),
+            StreamRef(servers["b"].location, f"b{suffix}"),
+        ),
+    )
+
+
+def _reference(servers, host: FragmentRuntime) -> list[tuple]:
+    with declare(servers["a"], "a-ref") as a, declare(servers["b"], "b-ref") as b:
+        publish(a, "a-ref", GENERATOR.seconds(0, SECONDS), BUCKET)
+        publish(b, "b-ref", OTHER.seconds(0, SECONDS), BUCKET)
+    declare(servers["home"], "out-ref").close()
+    host.start(_spec(servers, "-ref"), epoch=0).processAllAvailable()
+    host.stop("ports-ref")
+    out = rows(servers["home"].log.table("out-ref"))
+    assert len({r[0] for r in out}) >= 2, "the reference must close two windows to compare"
+    return out
+
+
+def test_withheld_input_goes_tentative_then_reconciles_to_the_reference(spark, servers, tmp_path):
+    host = FragmentRuntime("H", spark, tmp_path / "H")
+    try:
+        expected = _reference(servers, host)
+
+        clock = declare(servers["home"], "clock")
+        a = declare(servers["a"], "a")
+        b = declare(servers["b"], "b")
+        declare(servers["home"], "out").close()
+        settings = DPCSettings(X, clock=StreamRef(servers["home"].location, "clock"))
+        budget = settings.delay_budget_ms
+        assert budget == 2700
+        withheld = FIRST + WITHHELD_FROM
+        clock.advance("clock", _ms(withheld))
+        publish(a, "a", GENERATOR.seconds(0, SECONDS), BUCKET)
+        publish(b, "b", OTHER.seconds(0, WITHHELD_FROM), BUCKET)
+
+        node = DPCFragment(host, _spec(servers, ""), settings, epoch=0)
+        node.start().processAllAvailable()
+        assert node.state is NodeState.STABLE
+        assert node.sink.processed_end == withheld
+
+        # A failure shorter than the budget costs no tentative output.
+        clock.advance("clock", _ms(withheld + 1) + budget - 1)
+        node.query().processAllAvailable()
+        assert node.state is NodeState.STABLE
+        assert node.sink.processed_end == withheld
+
+        # Budget passed for bucket 4: it goes out tentatively, and only it (5 is not due yet).
+        clock.advance("clock", _ms(withheld + 1) + budget)
+        node.query().processAllAvailable()
+        assert node.state is NodeState.UP_FAILURE
+        assert node.sink.processed_end == withheld + 1
+        assert node.sink.checkpoint is not None
+        assert node.sink.checkpoint.next_bucket == withheld
+
+        # The failure goes on: each later bucket goes out as soon as its own budget passes.
+        last = FIRST + SECONDS - 1
+        clock.advance("clock", _ms(last + 1) + budget)
+        node.query().processAllAvailable()
+        assert node.sink.processed_end == last + 1
+        tentative = [m.row for _, m in node.sink.messages if m.kind is Kind.TENTATIVE]
+        assert tentative, "windows closed by tentative buckets must come out tentatively"
+        assert servers["home"].log.info("out")["boundary"] is None or (
+            servers["home"].log.info("out")["boundary"] <= withheld
+        ), "no stable boundary may be promised past the tentative buckets"
+        assert not node.poll(), "nothing to reconcile while B is still missing"
+
+        # Heal: B's missing buckets arrive from its log; reconcile by checkpoint/redo.
+        publish(b, "b", OTHER.seconds(WITHHELD_FROM, SECONDS), BUCKET)
+        assert node.poll()
+        assert node.state is NodeState.STABILIZATION
+        deadline = time.monotonic() + 40
+        while node.state is not NodeState.STABLE and time.monotonic() < deadline:
+            node.query().processAllAvailable()
+            time.sleep(0.1)
+        assert node.state is NodeState.STABLE
+
+        assert rows(servers["home"].log.table("out")) == expected
+        kinds = [m.kind for _, m in node.sink.messages]
+        assert kinds.count(Kind.UNDO) == 1
+        assert kinds.count(Kind.REC_DONE) == 1
+        undo, done = kinds.index(Kind.UNDO), kinds.index(Kind.REC_DONE)
+        assert Kind.TENTATIVE not in kinds[undo:], "no tentative output after the UNDO"
+        assert undo < done
+        corrections = [m.row for _, m in node.sink.messages[undo:done] if m.kind is Kind.STABLE]
+        assert corrections, "the redo must send corrections"
+        stable = [m.row for _, m in node.sink.messages if m.kind is Kind.STABLE]
+        assert len({r.key for r in stable}) == len(stable), "a stable row was sent twice"
+        final = consumer_view([m for _, m in node.sink.messages])
+        assert sorted(r.key for r in final) == sorted(r.key for r in stable)
+        assert len(final) == len(expected)
+        assert {r.key for r in tentative} - {r.key for r in final}, (
+            "tentative counts without B must differ from the corrected ones"
+        )
+        # The same sequence is on the wire, in sending order, for remote consumers.
+        wire = servers["home"].log.table("out.dpc").sort_by("seq").column("kind").to_pylist()
+        assert wire == [k.value for k in kinds]
+        node.runtime.stop("ports")
+        for client in (clock, a, b):
+            client.close()
+    finally:
+        host.close()
