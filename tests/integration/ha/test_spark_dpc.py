@@ -11,19 +11,23 @@ stable output equals the reference, with each row once.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 
+import pyarrow as pa
 import pytest
+from pyspark.sql.types import StringType, StructField, StructType
 
 from app.availability.states import NodeState
+from app.availability.sunion import DelayStrategy
 from app.availability.tuples import Kind
+from spark_jobs.fragments import CONNECTION_SCHEMA
 from spark_jobs.generators import ConnectionGenerator, RateSchedule
 from spark_jobs.generators.connections import bucket_of
 from spark_jobs.runtime import FragmentRuntime, StreamRef, StreamServer, publish
 from spark_jobs.runtime.dpc import DPCFragment, DPCSettings, consumer_view
+from spark_jobs.runtime.sunion import SUnionReader
 from tests.integration.runtime.conftest import BUCKET, GENERATOR, declare, ports_fragment, rows
-
-pytestmark = pytest.mark.spark
 
 SECONDS = 10
 WITHHELD_FROM = 4
@@ -71,6 +75,97 @@ def _reference(servers, host: FragmentRuntime) -> list[tuple]:
     return out
 
 
+def _reader(servers, settings: DPCSettings, schema: StructType = CONNECTION_SCHEMA, **extra):
+    inputs = [
+        {"location": servers["a"].location, "stream": "a"},
+        {"location": servers["b"].location, "stream": "b"},
+    ]
+    options = {
+        "inputs": json.dumps(inputs),
+        "consumer": "frag",
+        **settings.source_options(BUCKET),
+        **extra,
+    }
+    return SUnionReader(options, schema)
+
+
+def _streams(servers):
+    clock = declare(servers["home"], "clock")
+    a, b = declare(servers["a"], "a"), declare(servers["b"], "b")
+    publish(a, "a", GENERATOR.seconds(0, SECONDS), BUCKET)
+    publish(b, "b", OTHER.seconds(0, WITHHELD_FROM), BUCKET)
+    return clock, a, b
+
+
+@pytest.mark.parametrize("strategy", list(DelayStrategy))
+def test_source_releases_by_the_delay_strategy_of_the_paper(servers, strategy):
+    """Driven directly (no Spark): which offsets the source hands Spark at which clock value."""
+    clock, a, b = _streams(servers)
+    settings = DPCSettings(X, strategy=strategy, clock=StreamRef(servers["home"].location, "clock"))
+    budget = settings.delay_budget_ms
+    withheld = FIRST + WITHHELD_FROM
+    r = _reader(servers, settings, start_bucket=str(FIRST))
+    try:
+        start = r.initialOffset()
+        clock.advance("clock", _ms(withheld))
+        end = r.latestOffset(start, None)
+        assert end == {"bucket": withheld}, "stable buckets go at once, without the budget"
+        clock.advance("clock", _ms(withheld + 1) + budget - 1)
+        assert r.latestOffset(end, None) == end, "within the budget nothing is released"
+        clock.advance("clock", _ms(withheld + 1) + budget)
+        first_tentative = r.latestOffset(end, None)
+        # DELAY_EACH: bucket 4 only (5's own budget has not passed). DELAY_FIRST: once the
+        # failure has cost its first delay, every bucket that has ended on the clock goes too
+        # (now = end of 5 + 2.7 s, so 5 and 6), none that has not.
+        clock_now = _ms(withheld + 1) + budget
+        ended = clock_now // _ms(1)
+        if strategy is DelayStrategy.DELAY_EACH:
+            assert first_tentative == {"bucket": withheld + 1, "tentative_from": withheld}
+        else:
+            assert first_tentative == {"bucket": ended, "tentative_from": withheld}
+        clock.advance("clock", clock_now + _ms(1))
+        following = r.latestOffset(first_tentative, None)
+        assert following["tentative_from"] == first_tentative["bucket"]
+        if strategy is DelayStrategy.DELAY_EACH:
+            assert following["bucket"] == withheld + 2
+        else:
+            assert following["bucket"] == ended + 1
+        # Producers keep every bucket from the first tentative one: the redo reads them again.
+        r.commit(following)
+        assert a.info("a")["acks"] == {"frag": withheld}
+    finally:
+        r.stop()
+        for client in (clock, a, b):
+            client.close()
+
+
+def test_source_fills_a_declared_kind_column_per_bucket(servers):
+    clock, a, b = _streams(servers)
+    settings = DPCSettings(X, clock=StreamRef(servers["home"].location, "clock"))
+    schema = StructType([*CONNECTION_SCHEMA.fields, StructField("kind", StringType())])
+    withheld = FIRST + WITHHELD_FROM
+    r = _reader(servers, settings, schema, start_bucket=str(withheld - 1))
+    try:
+        clock.advance("clock", _ms(withheld + 1) + settings.delay_budget_ms)
+        start = r.initialOffset()
+        end = r.latestOffset(start, None)
+        assert end == {"bucket": withheld + 1, "tentative_from": withheld}
+        table = pa.Table.from_batches(
+            [batch for p in r.partitions(start, end) for batch in r.read(p)]
+        )
+        buckets = pa.compute.divide(table.column("stime").cast(pa.int64()), 1_000_000)
+        kinds = table.column("kind").to_pylist()
+        for bucket, kind in zip(buckets.to_pylist(), kinds, strict=True):
+            assert kind == ("TENTATIVE" if bucket >= withheld else "STABLE")
+        assert set(kinds) == {"STABLE", "TENTATIVE"}
+        assert table.schema.names == schema.fieldNames()
+    finally:
+        r.stop()
+        for client in (clock, a, b):
+            client.close()
+
+
+@pytest.mark.spark
 def test_withheld_input_goes_tentative_then_reconciles_to_the_reference(spark, servers, tmp_path):
     host = FragmentRuntime("H", spark, tmp_path / "H")
     try:
