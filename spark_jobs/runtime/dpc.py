@@ -133,6 +133,17 @@ def _micros(value: Any) -> int:
     return int(value)
 
 
+@dataclass(frozen=True)
+class BatchRecord:
+    """One micro-batch as the sink saw it (for latency and reports)."""
+
+    batch_id: int
+    end_bucket: int | None
+    tentative: bool
+    rows: int
+    sent_at: float
+
+
 class DPCOutput(SOutput):
     """The sink of a DPC fragment; it survives the query restarts of reconciliation."""
 
@@ -154,6 +165,7 @@ class DPCOutput(SOutput):
         # (state, wall time) on every change, for reports.
         self.history: list[tuple[NodeState, float]] = [(self.state, time.time())]
         self.tentative_batches = 0
+        self.batches: list[BatchRecord] = []
         self._seq = 0
         self._last_sent_us = 0
 
@@ -201,6 +213,15 @@ class DPCOutput(SOutput):
                 self.processed_end = int(end["bucket"])
             table = batch.toArrow()
             rows, by_key = self._rows(table)
+            self.batches.append(
+                BatchRecord(
+                    batch_id,
+                    self.processed_end if end is not None else None,
+                    self.state is NodeState.UP_FAILURE,
+                    len(rows),
+                    time.time(),
+                )
+            )
             with StreamClient(self.location) as client:
                 client.declare(self.dpc_stream, 1.0)
                 if self.state is NodeState.UP_FAILURE:

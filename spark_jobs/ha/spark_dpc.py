@@ -1,0 +1,238 @@
+"""DPC on Spark in wall-clock time: a live two-input query, one input withheld, then healed.
+
+python -m spark_jobs.ha.spark_dpc [--failures 2,5] [--json FILE]
+
+Two producers publish one bucket of connection records per second as the wall clock passes its
+end (a live source). From second ``fail_at`` producer B holds its buckets back (its output log
+sees no rows and no BOUNDARY) for ``failure`` seconds, then sends them all. The fragment
+(distinct ports per source and 2 s window, stateful) runs on Spark as a DPC node
+(``spark_jobs/runtime/dpc.py``) with X = 3 s; a poller reconciles after the heal. Per run:
+
+- ``tentative_tuples``, ``corrections``, ``undos``;
+- ``max_latency_s`` of an output row: when it was first sent (stable or tentative) minus when
+  its window closed on the clock, over the whole run, and ``baseline_latency_s``, the median of
+  the same before the failure; ``max_added_latency_s`` is their difference (the paper's measure:
+  it should stay within X whenever input is available);
+- ``reconciliation_s``: from the heal being noticed to REC_DONE (stop, restore Spark's
+  checkpoint, restart, redo);
+- ``output_matches_reference``: the stable output equals a failure-free run of the same input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from app.availability.states import NodeState
+from app.availability.sunion import DelayStrategy
+from app.availability.tuples import Kind
+from spark_jobs.fragments import CONNECTION_SCHEMA, distinct_port_counts
+from spark_jobs.generators import ConnectionGenerator, RateSchedule
+from spark_jobs.runtime import FragmentRuntime, FragmentSpec, StreamClient, StreamRef, publish
+from spark_jobs.runtime.dpc import DPCFragment, DPCSettings
+from spark_jobs.runtime.transport import StreamServer
+
+BUCKET = 1.0
+WINDOW = 2
+SOURCE_A = ConnectionGenerator(seed=21, schedule=RateSchedule.constant(40), scan_rate=4)
+SOURCE_B = ConnectionGenerator(seed=22, schedule=RateSchedule.constant(40), scan_rate=4)
+
+
+def _spec(name: str, a: StreamRef, b: StreamRef, out: StreamRef) -> FragmentSpec:
+    return FragmentSpec(
+        name=name,
+        build=functools.partial(distinct_port_counts, window_seconds=WINDOW, threshold=3),
+        input_schema=CONNECTION_SCHEMA,
+        inputs=(a, b),
+        output=out,
+        bucket_seconds=BUCKET,
+        trigger_seconds=0.2,
+        max_buckets_per_batch=3,
+    )
+
+
+def _declared(server: StreamServer, *streams: str) -> StreamClient:
+    client = StreamClient(server.location)
+    for stream in streams:
+        client.declare(stream, BUCKET)
+    return client
+
+
+def _rows(server: StreamServer, stream: str) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r.values()) for r in server.log.table(stream).to_pylist())
+
+
+def reference(spark: SparkSession, root: Path, seconds: int) -> list[tuple[Any, ...]]:
+    a, b, home = StreamServer(), StreamServer(), StreamServer()
+    host = FragmentRuntime("reference", spark, root / "reference")
+    try:
+        with _declared(a, "a") as ca, _declared(b, "b") as cb:
+            publish(ca, "a", SOURCE_A.seconds(0, seconds), BUCKET)
+            publish(cb, "b", SOURCE_B.seconds(0, seconds), BUCKET)
+        _declared(home, "out").close()
+        spec = _spec(
+            "ref",
+            StreamRef(a.location, "a"),
+            StreamRef(b.location, "b"),
+            StreamRef(home.location, "out"),
+        )
+        host.start(spec, epoch=0).processAllAvailable()
+        host.stop("ref")
+        return _rows(home, "out")
+    finally:
+        host.close()
+        for server in (a, b, home):
+            server.shutdown()
+
+
+def _produce(
+    a: StreamServer,
+    b: StreamServer,
+    t0: float,
+    seconds: int,
+    fail_at: int,
+    failure: int,
+    stop: threading.Event,
+) -> None:
+    """Publish second s of each source once the wall clock passes t0 + s + 1 (its end)."""
+    held: list[int] = []
+    with StreamClient(a.location) as ca, StreamClient(b.location) as cb:
+        for second in range(seconds):
+            if stop.wait(max(0.0, t0 + second + 1 - time.time())):
+                return
+            publish(ca, "a", SOURCE_A.second(second), BUCKET)
+            if fail_at <= second < fail_at + failure:
+                held.append(second)
+            else:
+                for late in held:
+                    publish(cb, "b", SOURCE_B.second(late), BUCKET)
+                held.clear()
+                publish(cb, "b", SOURCE_B.second(second), BUCKET)
+
+
+def run(
+    spark: SparkSession,
+    root: Path,
+    *,
+    failure: int,
+    strategy: DelayStrategy,
+    expected: list[tuple[Any, ...]],
+    seconds: int,
+    fail_at: int = 4,
+    max_delay: float = 3.0,
+) -> dict[str, Any]:
+    a, b, home = StreamServer(), StreamServer(), StreamServer()
+    host = FragmentRuntime(f"dpc-{strategy}-{failure}", spark, root / f"{strategy}-{failure}")
+    stop = threading.Event()
+    producer: threading.Thread | None = None
+    try:
+        _declared(a, "a").close()
+        _declared(b, "b").close()
+        _declared(home, "out").close()
+        epoch_ms = round(SOURCE_A.epoch.timestamp() * 1000)
+        # The query warms up before the first bucket ends; stime 0 of the data is wall t0.
+        t0 = time.time() + 3.0
+        settings = DPCSettings(
+            max_delay, strategy=strategy, clock_offset_ms=round(t0 * 1000) - epoch_ms
+        )
+        spec = _spec(
+            "ports",
+            StreamRef(a.location, "a"),
+            StreamRef(b.location, "b"),
+            StreamRef(home.location, "out"),
+        )
+        node = DPCFragment(host, spec, settings, epoch=0)
+        node.start(replay_from=round(epoch_ms / 1000 / BUCKET))
+        producer = threading.Thread(
+            target=_produce, args=(a, b, t0, seconds, fail_at, failure, stop), daemon=True
+        )
+        producer.start()
+        healed_at: float | None = None
+        deadline = t0 + seconds + 60
+        while time.time() < deadline:
+            if node.poll() and healed_at is None:
+                healed_at = node.reconciliations[-1]["began"]
+            done = not producer.is_alive() and node.state is NodeState.STABLE
+            if done and node.sink.processed_end == round(epoch_ms / 1000) + seconds:
+                break
+            time.sleep(0.1)
+        node.query().processAllAvailable()
+        messages = node.sink.messages
+        first_sent: dict[tuple[int, str], float] = {}
+        for sent, message in messages:
+            if message.row is not None:
+                first_sent.setdefault(message.row.key, sent)
+        offset_s = settings.clock_offset_ms / 1000
+        latency = {key: sent - (key[0] / 1000 + offset_s) for key, sent in first_sent.items()}
+        before = [v for k, v in latency.items() if k[0] / 1000 - epoch_ms / 1000 <= fail_at]
+        baseline = statistics.median(before) if before else 0.0
+        rec_done = [sent for sent, m in messages if m.kind is Kind.REC_DONE]
+        return {
+            "failure_s": failure,
+            "strategy": str(strategy),
+            "max_delay_s": max_delay,
+            "tentative_tuples": sum(1 for _, m in messages if m.kind is Kind.TENTATIVE),
+            "corrections": node.sink.rules.corrections_sent,
+            "undos": node.sink.rules.undos_sent,
+            "tentative_batches": node.sink.tentative_batches,
+            "baseline_latency_s": round(baseline, 3),
+            "max_latency_s": round(max(latency.values()), 3) if latency else None,
+            "max_added_latency_s": round(max(latency.values()) - baseline, 3) if latency else None,
+            "reconciliation_s": (
+                round(rec_done[-1] - healed_at, 3) if rec_done and healed_at else None
+            ),
+            "final_state": str(node.state),
+            "output_matches_reference": _rows(home, "out") == expected,
+        }
+    finally:
+        stop.set()
+        if producer is not None:
+            producer.join()
+        host.close()
+        for server in (a, b, home):
+            server.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--failures", default="2,5", help="failure durations, seconds")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    failures = [int(f) for f in args.failures.split(",")]
+    from spark_jobs.session import build_session
+
+    spark = build_session(app_name="spark-dpc", master="local[2]", shuffle_partitions=2)
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for failure in failures:
+            seconds = 4 + failure + 5
+            expected = reference(spark, root, seconds)
+            for strategy in DelayStrategy:
+                result = run(
+                    spark,
+                    root,
+                    failure=failure,
+                    strategy=strategy,
+                    expected=expected,
+                    seconds=seconds,
+                )
+                print(json.dumps(result), flush=True)
+                results.append(result)
+    spark.stop()
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return 0 if all(r["output_matches_reference"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
