@@ -1,6 +1,10 @@
 """Why do generated underloaded federations fail to reach an acceptable allocation?
 
 python -m bench.whatif.diagnose [--participants 40] [--tasks 20] [--seeds 10] [--k 1 3 7]
+    [--max-hops 2] [--no-task-cap]
+
+``--max-hops 2`` restores the old 2-contract limit on chained moves and ``--no-task-cap`` the
+old generator (tasks as large as the Dirichlet shares make them), to attribute a change.
 
 Simulates the quality grid's federations and classifies every run that ends unacceptable by
 what its offenders (participants left above their threshold) could still have done:
@@ -23,10 +27,12 @@ from __future__ import annotations
 
 import argparse
 import collections
+import math
 from collections.abc import Sequence
 
+from app.market import generate
 from app.market.generate import generate_federation
-from app.market.simulator import simulate
+from app.market.simulator import DEFAULT_MAX_HOPS, simulate
 
 WIDTHS = [0.0, 0.05, 0.1, 0.15, 0.2]
 
@@ -54,7 +60,13 @@ def _distance(adj: dict[str, set[str]], start: str) -> dict[str, int]:
 
 
 def classify(
-    participants: int, k: int, width: float, seed: int, tasks: int, max_steps: int
+    participants: int,
+    k: int,
+    width: float,
+    seed: int,
+    tasks: int,
+    max_steps: int,
+    max_hops: int | None = DEFAULT_MAX_HOPS,
 ) -> tuple[bool, list[str], dict[str, int]]:
     doc = generate_federation(
         participants=participants,
@@ -73,7 +85,7 @@ def classify(
     for t in doc.tasks:
         start_load[t.owner] += t.load
         largest[t.owner] = max(largest[t.owner], t.load)
-    result = simulate(doc, max_steps=max_steps, record_trace=False)
+    result = simulate(doc, max_steps=max_steps, max_hops=max_hops, record_trace=False)
     thr = result.thresholds
     start["past_capacity_at_start"] = sum(start_load[n] >= caps[n] for n in caps)
     start["task_above_every_threshold"] = sum(largest[n] > max(thr.values()) for n in caps)
@@ -124,7 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-steps", type=int, default=600)
     parser.add_argument("--k", type=int, nargs="*", default=list(range(1, 11)))
     parser.add_argument("--widths", type=float, nargs="*", default=WIDTHS)
+    parser.add_argument("--max-hops", type=int, default=DEFAULT_MAX_HOPS)
+    parser.add_argument("--no-task-cap", action="store_true")
     args = parser.parse_args(argv)
+    if args.no_task_cap:
+        generate.MAX_TASK_FRACTION = math.inf
+    table: dict[float, list[float]] = {}
     for width in args.widths:
         for k in args.k:
             ok = 0
@@ -132,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             at_start: collections.Counter[str] = collections.Counter()
             for seed in range(args.seeds):
                 good, labels, start = classify(
-                    args.participants, k, width, seed, args.tasks, args.max_steps
+                    args.participants, k, width, seed, args.tasks, args.max_steps, args.max_hops
                 )
                 ok += good
                 why.update(labels)
@@ -142,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{dict(why)}; runs with {dict(at_start)}",
                 flush=True,
             )
+            table.setdefault(width, []).append(ok / args.seeds)
+    print("fraction acceptable, width \\ k " + " ".join(f"{k:5d}" for k in args.k))
+    for width, row in table.items():
+        print(f"{width:5.2f} " + " ".join(f"{f:5.2f}" for f in row))
     return 0
 
 
