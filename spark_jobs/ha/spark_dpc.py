@@ -21,6 +21,7 @@ sees no rows and no BOUNDARY) for ``failure`` seconds, then sends them all. The 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import statistics
@@ -71,9 +72,14 @@ def _rows(server: StreamServer, stream: str) -> list[tuple[Any, ...]]:
     return sorted(tuple(r.values()) for r in server.log.table(stream).to_pylist())
 
 
+def _second(stime: Any, epoch_ms: int) -> float:
+    return round(stime.timestamp() - epoch_ms / 1000, 3)
+
+
 def reference(spark: SparkSession, root: Path, seconds: int) -> list[tuple[Any, ...]]:
     a, b, home = StreamServer(), StreamServer(), StreamServer()
-    host = FragmentRuntime("reference", spark, root / "reference")
+    # A directory per length: a leftover checkpoint would make the next reference resume.
+    host = FragmentRuntime("reference", spark, root / f"reference-{seconds}")
     try:
         with _declared(a, "a") as ca, _declared(b, "b") as cb:
             publish(ca, "a", SOURCE_A.seconds(0, seconds), BUCKET)
@@ -175,6 +181,7 @@ def run(
         latency = {key: sent - (key[0] / 1000 + offset_s) for key, sent in first_sent.items()}
         before = [v for k, v in latency.items() if k[0] / 1000 - epoch_ms / 1000 <= fail_at]
         baseline = statistics.median(before) if before else 0.0
+        got = _rows(home, "out")
         rec_done = [sent for sent, m in messages if m.kind is Kind.REC_DONE]
         return {
             "failure_s": failure,
@@ -191,7 +198,11 @@ def run(
                 round(rec_done[-1] - healed_at, 3) if rec_done and healed_at else None
             ),
             "final_state": str(node.state),
-            "output_matches_reference": _rows(home, "out") == expected,
+            "output_matches_reference": got == expected,
+            # Where they differ, by window end (seconds into the run): the diagnosis.
+            "missing_windows": sorted({_second(r[0], epoch_ms) for r in expected if r not in got}),
+            "extra_windows": sorted({_second(r[0], epoch_ms) for r in got if r not in expected}),
+            "batches": [dataclasses.asdict(b) for b in node.sink.batches],
         }
     finally:
         stop.set()
@@ -226,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
                     expected=expected,
                     seconds=seconds,
                 )
-                print(json.dumps(result), flush=True)
+                brief = {k: v for k, v in result.items() if k != "batches"}
+                print(json.dumps(brief), flush=True)
                 results.append(result)
     spark.stop()
     if args.json is not None:
