@@ -202,6 +202,7 @@ class Agent:
             movable={t["name"]: loads[t["name"]] for t in tasks if not t["pinned"]},
             contracts=contracts,
             partner_available=self._available_partners(now, liveness),
+            last_refused=self.state.refused_at,
         )
         if plan is None:
             return False

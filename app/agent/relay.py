@@ -34,14 +34,22 @@ def plan_room(
     movable: Mapping[str, float],
     contracts: Sequence[ContractView],
     partner_available: Mapping[str, bool],
+    last_refused: Mapping[str, float] | None = None,
 ) -> RelayPlan | None:
     """Which of my tasks to shed, to whom and at what price, to make room for an offer.
 
     The onward price is the midpoint of what I can afford to pay on (the upstream price, capped
     by the onward contract's maximum) and the onward contract's minimum: the same split as a
-    direct offer, never above what I am paid.
+    direct offer, never above what I am paid. Among equally priced partners the one that refused
+    longest ago (or never) goes first, so a refusal that has aged out of the back-off does not
+    make the same partner first choice forever.
     """
-    for contract in sorted(contracts, key=lambda c: (c.price_min, c.price_max, c.partner)):
+    refused = last_refused or {}
+
+    def order(c: ContractView) -> tuple[float, float, float, str]:
+        return (c.price_min, c.price_max, refused.get(c.partner, float("-inf")), c.partner)
+
+    for contract in sorted(contracts, key=order):
         if contract.partner == upstream or not partner_available.get(contract.partner, False):
             continue
         ceiling = min(upstream_price, contract.price_max)

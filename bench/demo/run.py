@@ -25,7 +25,7 @@ from rich.console import Console
 
 from app.federation.document import load_federation
 from app.market.simulator import simulate
-from spark_jobs.demo.run import DemoOptions, acceptable_allocation, run_demo, scaled
+from spark_jobs.demo.run import DemoOptions, run_demo, scaled
 
 FEDERATION = Path("contracts/borealis-demo.yaml")
 
@@ -42,16 +42,8 @@ def first_acceptable(series: list[tuple[float, bool]], start: float, end: float)
 
 
 def live_series(report: dict[str, Any]) -> list[tuple[float, bool]]:
-    by_time: dict[float, dict[str, tuple[float, float]]] = {}
-    for name, samples in report["loads"].items():
-        for s in samples:
-            by_time.setdefault(s["at"], {})[name] = (s["load"], s["threshold"])
-    out = []
-    for t in sorted(by_time):
-        loads = {n: v[0] for n, v in by_time[t].items()}
-        thresholds = {n: v[1] for n, v in by_time[t].items()}
-        out.append((t, acceptable_allocation(loads, thresholds)[0]))
-    return out
+    """The demo's own verdict at every step (the same rule as the simulator's)."""
+    return [(float(r["at"]), bool(r["acceptable"])) for r in report["acceptable"]]
 
 
 def main(argv: list[str]) -> int:

@@ -13,7 +13,7 @@ import math
 import secrets
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from app.db.migrate import upgrade
 from app.db.session import unit_of_work
 from app.federation.apply import apply_federation
 from app.federation.document import FederationDoc, load_federation
-from app.market.measured_allocation import LoadPoint, verdict
+from app.market.allocation import Standing, check_allocation
 from app.server import serve_in_thread
 from app.settings import Settings
 from spark_jobs.demo.fragments import (
@@ -87,11 +87,32 @@ def scaled(doc: FederationDoc, factor: float) -> FederationDoc:
 
 
 def acceptable_allocation(
-    loads: dict[str, float], thresholds: dict[str, float]
+    decisions: Mapping[str, BpmDecisions],
+    thresholds: Mapping[str, float],
+    hosted: Mapping[str, Mapping[str, float]],
 ) -> tuple[bool, str]:
-    """DESIGN.md's acceptable allocation on the agents' measured loads, with the reason if not."""
-    judged = verdict([LoadPoint(n, loads[n], thresholds[n]) for n in loads])
-    return judged.acceptable, "" if judged.acceptable else "; ".join(judged.reasons)
+    """DESIGN.md's acceptable allocation on the agents' measured loads, judged as the simulator
+    judges it (``app.market.allocation``): at task granularity and with the hysteresis band, so
+    that a real fragment's measured load wobbling by a unit around a threshold is not an
+    unacceptable allocation, while a participant with a whole task to shed still is."""
+    standings = []
+    for name, tasks in hosted.items():
+        model = decisions[name].model
+        load = sum(tasks.values())
+        threshold = thresholds[name]
+        standings.append(
+            Standing(
+                name=name,
+                model=model,
+                load=load,
+                threshold=threshold,
+                price=model.derivative(threshold),
+                smallest_task=min((v for v in tasks.values() if v > 0), default=None),
+            )
+        )
+    hysteresis = next(iter(decisions.values())).hysteresis if decisions else 0.0
+    judged = check_allocation(standings, delta=hysteresis)
+    return judged.acceptable, "; ".join(judged.reasons)
 
 
 class _Clock:
@@ -156,11 +177,14 @@ def _run(
     )
     mover = DemoMover(clients, runtimes, real)
     moves: list[MoveEvent] = []
+    decisions = {
+        p.name: BpmDecisions.for_participant(p, doc.simulation.hysteresis) for p in doc.participants
+    }
     agents = {
         p.name: Agent(
             p.name,
             clients[p.name],
-            BpmDecisions.for_participant(p, doc.simulation.hysteresis),
+            decisions[p.name],
             Meter(measured),
             mover,
             offer_interval=doc.simulation.offer_interval_seconds,
@@ -201,8 +225,9 @@ def _run(
                         }
                     )
                 ok, reason = acceptable_allocation(
-                    {n: agents[n].state.load for n in present},
+                    {n: decisions[n] for n in present},
                     {n: agents[n].state.threshold for n in present},
+                    {n: agents[n].state.hosted for n in present},
                 )
                 acceptable_series.append((clock.now, ok))
                 live.update(
@@ -303,7 +328,10 @@ def _finish(
         ],
         "payments": {"total": payments_total, "net_by_participant": balances},
         "move_timings": mover.timings,
+        # What the agents could not do (a refused offer call, a failed move): kept for diagnosis.
+        "agent_errors": {name: list(agent.state.errors) for name, agent in agents.items()},
         "acceptable_since": first_ok_after_last_event,
+        "acceptable": [{"at": t, "acceptable": ok} for t, ok in acceptable_series],
         "checks": {
             "output_matches_reference": bool(outputs_match) and all(outputs_match.values()),
             "acceptable_at_end": final_ok,

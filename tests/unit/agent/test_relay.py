@@ -71,3 +71,16 @@ def test_taking_after_room_never_exceeds_the_earlier_load_or_the_price_room(
     )
     after = load_now + sum(offered[t] for t in taken)
     assert after <= max(load_before, room) + 1e-6
+
+
+def test_a_partner_that_refused_before_goes_after_one_that_never_did() -> None:
+    plan = plan_room(
+        upstream="B",
+        upstream_price=0.25,
+        offered_load=10.0,
+        movable={"c1": 5.0},
+        contracts=[ContractView(1, "A", 0.24, 0.26, 30), ContractView(2, "D", 0.24, 0.26, 30)],
+        partner_available={"A": True, "D": True},
+        last_refused={"A": 100.0},
+    )
+    assert plan is not None and plan.partner == "D"
