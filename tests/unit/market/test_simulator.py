@@ -135,6 +135,56 @@ simulation: {step_seconds: 1, offer_interval_seconds: 7, duration_seconds: 120, 
     assert result.ledger == {"A->B": pytest.approx(0.25 * 10 * 35)}
 
 
+LINE = """
+federation: line
+participants:
+  - {{name: A, capacity: 100}}
+  - {{name: B, capacity: 100}}
+  - {{name: C, capacity: 100}}
+  - {{name: D, capacity: 100}}
+  - {{name: E, capacity: 100}}
+contracts:
+  - {{between: [A, B], price_min: 0.25, price_max: 0.25}}
+  - {{between: [B, C], price_min: {bc_min}, price_max: {bc_max}}}
+  - {{between: [C, D], price_min: 0.25, price_max: 0.25}}
+  - {{between: [D, E], price_min: 0.25, price_max: 0.25}}
+tasks:
+  - {{name: a1, owner: A, load: 80}}
+  - {{name: a2, owner: A, load: 10}}
+  - {{name: b1, owner: B, load: 79}}
+  - {{name: c1, owner: C, load: 79}}
+  - {{name: d1, owner: D, load: 79}}
+simulation: {{step_seconds: 1, offer_interval_seconds: 7, duration_seconds: 60, hysteresis: 0.005}}
+"""
+
+
+def test_load_travels_past_two_hops_when_the_near_participants_are_full() -> None:
+    # Thresholds at 0.25 are 80 (M/M/1, capacity 100): A at 90 must shed a2, B, C and D have
+    # no room for it, only E, four contracts away, has.
+    doc = parse_federation(LINE.format(bc_min=0.25, bc_max=0.25))
+    result = simulate(doc)
+    legs = [(m.task, m.source, m.target, m.reason, m.price) for m in result.move_log]
+    assert legs == [("a2", x, y, "relay", 0.25) for x, y in itertools.pairwise("ABCDE")]
+    assert result.final_load == {"A": 80.0, "B": 79.0, "C": 79.0, "D": 79.0, "E": 10.0}
+    assert result.acceptable
+    # Relays are paid what they pay on: only A pays, only E is paid, net.
+    assert result.net_payments["B"] == pytest.approx(0.0, abs=1e-9)
+    assert result.net_payments["E"] == pytest.approx(-result.net_payments["A"])
+    capped = simulate(doc, max_hops=2)
+    assert capped.moves == 0 and not capped.acceptable
+
+
+def test_no_chain_through_a_relay_that_would_pay_more_than_it_is_paid() -> None:
+    # B would be paid 0.25 by A and pay at least 0.30 to C: no rational relay, nothing moves.
+    rising = simulate(parse_federation(LINE.format(bc_min=0.30, bc_max=0.30)))
+    assert rising.moves == 0 and not rising.acceptable
+    # A range on B-C that reaches down to 0.25 opens the same route at non-rising prices.
+    ranged = simulate(parse_federation(LINE.format(bc_min=0.20, bc_max=0.30)))
+    legs = [(m.source, m.target, m.price) for m in ranged.move_log]
+    assert legs == [(x, y, 0.25) for x, y in itertools.pairwise("ABCDE")]
+    assert ranged.final_load["E"] == 10.0 and ranged.acceptable
+
+
 def test_bad_scenarios_name_the_field() -> None:
     base = DEMO.read_text()
     with pytest.raises(FederationFileError) as err:
