@@ -253,6 +253,9 @@ def fit_cost_model(
     return FittedCost(capacity=capacity, a=a, b=b, c=c, q=q)
 
 
+MIN_POINT_GAP = 1e-9
+
+
 def check_convex_increasing(
     points: Sequence[tuple[float, float]], *, field: str, tolerance: float = 1e-9
 ) -> None:
@@ -264,6 +267,13 @@ def check_convex_increasing(
         if x1 <= x0:
             raise CostModelError(
                 f"point {i} has load {x1}, not greater than the previous load {x0}",
+                field=f"{field}[{i}]",
+            )
+        # Loads closer than this give a slope that overflows when extrapolated (a cost of
+        # inf at a finite load); no measured cost curve is resolved that finely.
+        if x1 - x0 <= MIN_POINT_GAP * max(1.0, abs(x1)):
+            raise CostModelError(
+                f"point {i} has load {x1}, too close to the previous load {x0} to give a slope",
                 field=f"{field}[{i}]",
             )
         if y1 < y0 - tolerance:
