@@ -214,27 +214,30 @@ def accept(
 
 
 def reject(session: Session, principal: Principal, offer_id: int, version: int) -> Offer:
-    offer = _decidable(session, principal, offer_id, version, by="addressee")
-    offer.status, offer.decided_at = OfferStatus.rejected, utcnow()
-    session.flush()
-    audit.record(
-        session,
-        actor=principal.actor,
-        action="offer.rejected",
-        entity_type="offer",
-        entity_id=offer.id,
-    )
-    return offer
+    return _close(session, principal, offer_id, version, by="addressee", to=OfferStatus.rejected)
 
 
 def withdraw(session: Session, principal: Principal, offer_id: int, version: int) -> Offer:
-    offer = _decidable(session, principal, offer_id, version, by="sender")
-    offer.status, offer.decided_at = OfferStatus.withdrawn, utcnow()
+    return _close(session, principal, offer_id, version, by="sender", to=OfferStatus.withdrawn)
+
+
+def _close(
+    session: Session,
+    principal: Principal,
+    offer_id: int,
+    version: int,
+    *,
+    by: str,
+    to: OfferStatus,
+) -> Offer:
+    """End an open offer without moving anything: refused by its addressee or withdrawn."""
+    offer = _decidable(session, principal, offer_id, version, by=by)
+    offer.status, offer.decided_at = to, utcnow()
     session.flush()
     audit.record(
         session,
         actor=principal.actor,
-        action="offer.withdrawn",
+        action=f"offer.{to.value}",
         entity_type="offer",
         entity_id=offer.id,
     )
