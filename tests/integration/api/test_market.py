@@ -251,3 +251,18 @@ def test_relay_for_must_name_an_open_offer_addressed_to_me(abc: Api, db_url: str
     abc.post("B", f"/v1/offers/{up.json()['id']}/reject", {"version": 1})
     closed = relay("B", bc["id"], up.json()["id"])
     assert closed.status_code == 409 and "rejected" in closed.json()["detail"]
+
+
+def test_only_the_sender_withdraws_an_open_offer_and_then_it_cannot_be_accepted(abc: Api) -> None:
+    ab = active_contract(abc, "A", "B")
+    declare(abc, "A", "q1")
+    offer = abc.post("A", "/v1/offers", {"contract_id": ab["id"], "tasks": ["q1"], "price": 0.25})
+    offer_id = offer.json()["id"]
+    by_addressee = abc.post("B", f"/v1/offers/{offer_id}/withdraw", {"version": 1})
+    assert by_addressee.status_code == 403
+    withdrawn = abc.post("A", f"/v1/offers/{offer_id}/withdraw", {"version": 1})
+    assert withdrawn.status_code == 200, withdrawn.text
+    assert withdrawn.json()["status"] == "withdrawn"
+    late = abc.post("B", f"/v1/offers/{offer_id}/accept", {"version": withdrawn.json()["version"]})
+    assert late.status_code == 409
+    assert abc.get("A", "/v1/tasks/q1").json()["host"] == "A"
