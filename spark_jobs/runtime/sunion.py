@@ -148,6 +148,11 @@ class SUnionReader(DataSourceStreamReader):
         limit = begin + self.max_buckets if self.max_buckets is not None else None
         tentative_from: int | None = None
         while limit is None or rules.next_bucket < limit:
+            if self._healed(rules) and now < rules.due_at(rules.next_bucket) + self.delay_budget_ms:
+                # Healed while in failure: reconciliation will redo these buckets stably, so
+                # processing them now would only add tentative rows to correct (DPCNode does the
+                # same). A bucket whose deadline passes before the redo still goes, tentatively.
+                break
             bucket = rules.release(now, in_failure=self._first_tentative is not None)
             if bucket is None:
                 break
@@ -163,6 +168,12 @@ class SUnionReader(DataSourceStreamReader):
         if tentative_from is not None:
             offset["tentative_from"] = tentative_from
         return offset
+
+    def _healed(self, rules: SUnion) -> bool:
+        first = self._first_tentative
+        return first is not None and all(
+            rules.stable_ready(b) for b in range(first, rules.next_bucket + 1)
+        )
 
     def latestOffset(
         self, start: dict[str, int] | None = None, limit: Any = None

@@ -130,6 +130,12 @@ def test_source_releases_by_the_delay_strategy_of_the_paper(servers, strategy):
             assert following["bucket"] == withheld + 2
         else:
             assert following["bucket"] == ended + 1
+        # Healed: the now-stable buckets wait for the redo, unless their deadline passes first.
+        publish(b, "b", OTHER.seconds(WITHHELD_FROM, SECONDS), BUCKET)
+        assert r.latestOffset(following, None) == following
+        waiting = following["bucket"]
+        clock.advance("clock", _ms(waiting + 1) + budget)
+        assert r.latestOffset(following, None)["bucket"] == waiting + 1
         # Producers keep every bucket from the first tentative one: the redo reads them again.
         r.commit(following)
         assert a.info("a")["acks"] == {"frag": withheld}
