@@ -146,15 +146,20 @@ def _wait(cluster: Cluster, done: Callable[[], bool], timeout_s: float, what: st
     raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
 
 
-def _settled(cluster: Cluster, names: Sequence[str], cutoff_ms: int) -> Callable[[], bool]:
-    def check() -> bool:
+def _wait_until_settled(
+    cluster: Cluster, names: Sequence[str], t: Timings, *, slack_s: float = 20
+) -> None:
+    """Wait until every named node is STABLE and past the end of the input."""
+
+    def settled() -> bool:
         for name in names:
             status = cluster.status(name)
-            if status["state"] != "STABLE" or (status["boundary"] or 0) < cutoff_ms:
+            if status["state"] != "STABLE" or (status["boundary"] or 0) < t.cutoff_ms:
                 return False
         return True
 
-    return check
+    what = " and ".join(names) + " to be STABLE past the end of input"
+    _wait(cluster, settled, t.duration_ms / 1000 + slack_s, what)
 
 
 def _difference(expected: list[Row], got: list[Row]) -> dict[str, Any]:
@@ -257,12 +262,7 @@ def run_partition(t: Timings, workdir: Path) -> dict[str, Any]:
         cluster.sleep_until(t.fail_at_ms + t.fail_for_ms)
         bc.heal()
         heal_at = cluster.now_ms()
-        _wait(
-            cluster,
-            _settled(cluster, ["C"], t.cutoff_ms),
-            t.duration_ms / 1000 + 20,
-            "C to pass the end of input",
-        )
+        _wait_until_settled(cluster, ["C"], t)
         status = cluster.status("C", full=True)
         messages = cluster.output("C")
     rows = _rows(t, "a")
@@ -354,12 +354,7 @@ def run_tentative(
         to_c.heal()
         to_c2.heal()
         heal_at = cluster.now_ms()
-        _wait(
-            cluster,
-            _settled(cluster, ["C", "C2"], t.cutoff_ms),
-            t.duration_ms / 1000 + 30,
-            "C and C2 to reconcile and pass the end of input",
-        )
+        _wait_until_settled(cluster, ["C", "C2"], t, slack_s=30)
         status = cluster.status("C", full=True)
         status2 = cluster.status("C2")
         messages = cluster.output("C")
@@ -517,12 +512,7 @@ def run_crash(
 
         _wait(cluster, recovered, 20, "C's input to advance again")
         recovered_at = cluster.now_ms()
-        _wait(
-            cluster,
-            _settled(cluster, ["C"], t.cutoff_ms),
-            t.duration_ms / 1000 + 20,
-            "C to pass the end of input",
-        )
+        _wait_until_settled(cluster, ["C"], t)
         status = cluster.status("C", full=True)
         b2 = cluster.status("B2")
         messages = cluster.output("C")
