@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from app.availability import Message
+from spark_jobs.ha.arbiter import ArbiterServer
 from spark_jobs.ha.faultproxy import FaultProxy
 from spark_jobs.ha.node import OUT
 from spark_jobs.ha.wire import HAClient
@@ -42,6 +43,8 @@ class Cluster:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.proxies: dict[str, FaultProxy] = {}
         self._logs: list[Any] = []
+        # Replicas that cannot reach a peer ask it for their turn to reconcile.
+        self.arbiter: ArbiterServer | None = None
 
     def now_ms(self) -> int:
         return int((time.time() - self.t0) * 1000)
@@ -76,6 +79,8 @@ class Cluster:
                 "ready_file": str(ready),
                 **config,
             }
+            if config.get("peers") and "arbiter" not in config:
+                full["arbiter"] = self.arbiter_location()
             path = self.workdir / f"{name}.json"
             path.write_text(json.dumps(full, indent=1))
             log = (self.workdir / f"{name}.log").open("wb")
@@ -101,6 +106,14 @@ class Cluster:
             self.t0 = time.time() + min(self.startup_seconds, 0.5)
         for name in configs:
             self.control(name, cmd="start", t0=self.t0)
+
+    def arbiter_location(self) -> str:
+        if self.arbiter is None:
+            self.arbiter = ArbiterServer()
+        return self.arbiter.location
+
+    def arbiter_decisions(self) -> list[tuple[str, str, bool]]:
+        return [] if self.arbiter is None else list(self.arbiter.leases.decisions)
 
     def call(self, name: str, kind: str, timeout: float = 2.0, **body: Any) -> Any:
         client = HAClient(self.location(name), timeout=timeout)
@@ -141,6 +154,8 @@ class Cluster:
     def close(self) -> None:
         for proxy in self.proxies.values():
             proxy.close()
+        if self.arbiter is not None:
+            self.arbiter.shutdown()
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.terminate()

@@ -110,6 +110,9 @@ class HANode:
         )
         self.peers: dict[str, str] = dict(config.get("peers", {}))
         self.peer_permission = PeerPermission(self.name)
+        self._holds_arbiter_permit = False
+        # Reconciliation asked for while a peer was unreachable and the arbiter said no.
+        self.refused_for_unreachable_peers = 0
         self.node: DPCNode | None = None
         self.links: dict[str, InputLink] = {}
         self.first_emit: dict[Key, int] = {}
@@ -221,6 +224,7 @@ class HANode:
             "events": self.events,
             "errors": self.errors,
             "shipped_bytes": self.shipped_bytes,
+            "refused_for_unreachable_peers": self.refused_for_unreachable_peers,
             "tentative_emits": self.tentative_emits,
             "inputs": {
                 s: {
@@ -264,23 +268,50 @@ class HANode:
                 return False
             self.peer_permission.asking = True
         granted: list[str] = []
+        unreachable: list[str] = []
         for peer, location in self.peers.items():
             client = HAClient(location, timeout=0.3)
             try:
                 ok = bool(client.action("dpc_permission", requester=self.name))
             except Exception:
-                # An unreachable replica is not serving anyone: it cannot be harmed.
-                ok = True
+                # Crashed or cut off from us: we cannot tell which, and a cut-off peer may
+                # be reconciling right now. The arbiter decides (below).
+                unreachable.append(peer)
+                continue
             finally:
                 client.close()
             if not ok:
                 self._release_to(granted)
                 return False
             granted.append(peer)
+        if unreachable and not self._ask_arbiter():
+            self._release_to(granted)
+            self.refused_for_unreachable_peers += 1
+            return False
         with self.permission_lock:
             self.peer_permission.asking = False
-        self.events.append({"at": now, "event": "reconcile_permitted"})
+        self.events.append(
+            {"at": now, "event": "reconcile_permitted", "arbitrated": bool(unreachable)}
+        )
         return True
+
+    def _ask_arbiter(self) -> bool:
+        """The arbiter's permit for this fragment; refused when there is no arbiter or it is
+        unreachable too (then the node keeps processing tentatively and asks again later)."""
+        location = self.config.get("arbiter")
+        if not location:
+            return False
+        client = HAClient(location, timeout=0.3)
+        try:
+            granted = bool(
+                client.action("arbiter_request", fragment=self.fragment, replica=self.name)
+            )
+        except Exception:
+            return False
+        finally:
+            client.close()
+        self._holds_arbiter_permit = self._holds_arbiter_permit or granted
+        return granted
 
     def _release_to(self, peers: list[str]) -> None:
         for peer in peers:
@@ -292,6 +323,13 @@ class HANode:
     def _release_peers(self, _name: str) -> None:
         self.events.append({"at": self.now_ms(), "event": "reconciled"})
         self._release_to(list(self.peers))
+        if self._holds_arbiter_permit:
+            client = HAClient(self.config["arbiter"], timeout=0.3)
+            # Unreleased, the permit lapses with its lease.
+            with contextlib.suppress(Exception):
+                client.action("arbiter_release", fragment=self.fragment, replica=self.name)
+            client.close()
+            self._holds_arbiter_permit = False
 
     # -- failover ----------------------------------------------------------------------------
     def _take_over(self, body: dict[str, Any]) -> dict[str, Any]:

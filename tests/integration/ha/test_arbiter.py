@@ -1,0 +1,144 @@
+"""Reconciliation permission when a peer replica cannot be reached: the arbiter decides.
+
+Real Flight servers on loopback: a node whose peer's port has nothing behind it must not take
+that silence as permission (a partitioned peer may be reconciling), and two replicas cut off
+from each other get the arbiter's one permit in turn.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from spark_jobs.ha.arbiter import ArbiterServer, ReconciliationLeases
+from spark_jobs.ha.cluster import free_port
+from spark_jobs.ha.node import HANode
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_one_holder_per_fragment_until_release_or_lease_end() -> None:
+    clock = Clock()
+    leases = ReconciliationLeases(lease_ms=2_000, clock=clock)
+    assert leases.request("C", "C1")
+    assert not leases.request("C", "C2")
+    assert leases.request("D", "D2"), "another fragment has its own permit"
+    assert leases.request("C", "C1"), "the holder renews"
+    leases.release("C", "C2")  # not the holder: no effect
+    assert leases.holder("C") == "C1"
+    leases.release("C", "C1")
+    assert leases.request("C", "C2")
+    clock.now += 1.999
+    assert not leases.request("C", "C1")
+    clock.now += 0.002
+    # The holder died without releasing: its lease is over, the next asker gets the permit.
+    assert leases.holder("C") is None
+    assert leases.request("C", "C1")
+    assert leases.decisions == [
+        ("C", "C1", True),
+        ("C", "C2", False),
+        ("D", "D2", True),
+        ("C", "C1", True),
+        ("C", "C2", True),
+        ("C", "C1", False),
+        ("C", "C1", True),
+    ]
+
+
+def test_lease_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="lease_ms must be positive, got 0"):
+        ReconciliationLeases(lease_ms=0)
+
+
+def _node(name: str, peers: dict[str, str], arbiter: str | None) -> HANode:
+    config: dict[str, Any] = {
+        "name": name,
+        "fragment": "C",
+        "role": "fragment",
+        "t0": time.time(),
+        "operator": {"type": "passthrough"},
+        "inputs": {"a": {"replicas": {"A": f"grpc://127.0.0.1:{free_port()}"}}},
+        "peers": peers,
+    }
+    if arbiter is not None:
+        config["arbiter"] = arbiter
+    return HANode(config)
+
+
+@pytest.fixture
+def arbiter() -> Iterator[ArbiterServer]:
+    server = ArbiterServer()
+    yield server
+    server.shutdown()
+
+
+def test_unreachable_peer_without_arbiter_is_no_permission() -> None:
+    nobody = f"grpc://127.0.0.1:{free_port()}"
+    node = _node("C1", {"C2": nobody}, arbiter=None)
+    try:
+        assert node._ask_peers("C") is False
+        assert node._ask_peers("C") is False
+        assert node.status()["refused_for_unreachable_peers"] == 2
+        assert not [e for e in node.events if e["event"] == "reconcile_permitted"]
+    finally:
+        node.server.shutdown()
+
+
+def test_replicas_cut_off_from_each_other_take_turns(arbiter: ArbiterServer) -> None:
+    # Each one's peer address leads nowhere: the partition between them.
+    c1 = _node("C1", {"C2": f"grpc://127.0.0.1:{free_port()}"}, arbiter.location)
+    c2 = _node("C2", {"C1": f"grpc://127.0.0.1:{free_port()}"}, arbiter.location)
+    try:
+        assert c1._ask_peers("C") is True
+        assert c2._ask_peers("C") is False, "C1 holds the permit"
+        assert arbiter.leases.holder("C") == "C1"
+        c1._release_peers("C")
+        assert arbiter.leases.holder("C") is None
+        assert c2._ask_peers("C") is True
+        assert arbiter.leases.decisions == [
+            ("C", "C1", True),
+            ("C", "C2", False),
+            ("C", "C2", True),
+        ]
+        permitted = [e for e in c1.events if e["event"] == "reconcile_permitted"]
+        assert permitted and permitted[0]["arbitrated"] is True
+    finally:
+        c1.server.shutdown()
+        c2.server.shutdown()
+
+
+def test_reachable_peer_decides_without_the_arbiter(arbiter: ArbiterServer) -> None:
+    c1_port = free_port()
+    c2 = _node("C2", {"C1": f"grpc://127.0.0.1:{c1_port}"}, arbiter.location)
+    c1 = HANode(
+        {
+            "name": "C1",
+            "fragment": "C",
+            "role": "fragment",
+            "t0": time.time(),
+            "port": c1_port,
+            "operator": {"type": "passthrough"},
+            "inputs": {"a": {"replicas": {"A": f"grpc://127.0.0.1:{free_port()}"}}},
+            "peers": {"C2": c2.server.location},
+            "arbiter": arbiter.location,
+        }
+    )
+    try:
+        assert c2._ask_peers("C") is True
+        # C1 granted C2 its turn and remembers it: C1 does not ask while C2 reconciles.
+        assert c1._ask_peers("C") is False
+        assert arbiter.leases.decisions == [], "reachable replicas never bother the arbiter"
+    finally:
+        c1.server.shutdown()
+        c2.server.shutdown()
