@@ -8,11 +8,13 @@ acceptable allocation.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 
 from app.federation.document import (
+    AvailabilitySpec,
     ContractSpec,
     FederationDoc,
     ParticipantSpec,
@@ -78,6 +80,9 @@ def generate_federation(
     hysteresis_fraction: float = 0.02,
     duration_seconds: float = 3600.0,
     common_price: bool = False,
+    replica_share: float = 0.0,
+    replicas_per_task: int = 1,
+    replica_hosting_share: float = 0.0,
 ) -> FederationDoc:
     """A connected random federation of M/M/1 participants.
 
@@ -97,6 +102,10 @@ def generate_federation(
     - ``common_price``: centre every contract on one price, the median of the participants'
       threshold marginal costs, so every participant's threshold sits exactly at its contracts'
       price (at different utilisations when capacities differ).
+    - ``replica_share``: the fraction of tasks that ask for ``replicas_per_task`` replicas;
+      ``replica_hosting_share``: the fraction of contracts whose availability terms allow replica
+      hosting. Both are drawn from their own random stream, so with the defaults (no replicas)
+      a seed gives the same federation as before replicas existed.
     """
     _check("participants", participants >= 2, f"must be at least 2, got {participants}")
     _check(
@@ -119,6 +128,14 @@ def generate_federation(
         f"must be at least 1, got {tasks_per_participant}",
     )
     _check("overload", overload > 0.0, f"must be positive, got {overload}")
+    for name, share in (
+        ("replica_share", replica_share),
+        ("replica_hosting_share", replica_hosting_share),
+    ):
+        _check(name, 0.0 <= share <= 1.0, f"must be in [0, 1], got {share}")
+    _check(
+        "replicas_per_task", replicas_per_task >= 1, f"must be at least 1, got {replicas_per_task}"
+    )
 
     rng = np.random.default_rng(seed)
     width = len(str(participants - 1))
@@ -162,6 +179,22 @@ def generate_federation(
         ]
         for j, size in enumerate(sizes):
             tasks.append(TaskSpec(name=f"{name}.t{j:02d}", owner=name, load=size))
+
+    if replica_share > 0.0 or replica_hosting_share > 0.0:
+        extra = np.random.default_rng([seed, 1])
+        hosting = AvailabilitySpec(replica_hosting=True)
+        contracts = [
+            dataclasses.replace(c, availability=hosting)
+            if extra.random() < replica_hosting_share
+            else c
+            for c in contracts
+        ]
+        tasks = [
+            dataclasses.replace(t, replicas=replicas_per_task)
+            if extra.random() < replica_share
+            else t
+            for t in tasks
+        ]
 
     participants_specs = tuple(
         ParticipantSpec(name=names[i], capacity=float(capacities[i]), cost_model={"kind": "mm1"})

@@ -29,6 +29,15 @@ to whoever gave them to it, and its own tasks leave with it.
 Once a round moves nothing, no event is pending and no task is still inside its minimum move
 duration, nothing can change any more: the run stops early and the rest of the duration's
 payments are added at the final rate (the trace ends there).
+
+Replicas (``app.market.copies``): a task asking for k replicas runs as k + 1 copies, each load like
+any other. Replicas are placed as the registry places them (``app.availability.place_replicas``:
+the owner's partners whose contract allows replica hosting, cheapest first), and the owner pays
+the host at the contract's minimum price; from there a replica is offered, relayed and moved back
+as any task, except that it only travels over replica-hosting contracts and never to a
+participant that hosts another copy of its task. A replica with no legal host (none eligible at
+the start, or its host left and the way back is closed) is unplaced, and placing it is tried again
+after every join and leave.
 """
 
 from __future__ import annotations
@@ -38,8 +47,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.availability.placement import PlacementError, ReplicaCandidate, place_replicas
 from app.federation.document import FederationDoc
-from app.market import bpm
+from app.market import bpm, copies
 from app.market.allocation import Standing, check_allocation
 from app.market.cost_models import CostModel, build_cost_model, marginal_cost
 from app.market.lower_bound import cost_lower_bound
@@ -120,6 +130,12 @@ class SimulationResult:
     offers: int = 0
     steps: int = 0
     reasons: tuple[str, ...] = ()
+    # Copy name -> its task, and where each copy was placed at the start and is at the end
+    # (replicas without a legal host are absent and listed in ``unplaced_replicas``).
+    copy_of: dict[str, str] = field(default_factory=dict)
+    initial_hosts: dict[str, str] = field(default_factory=dict)
+    final_hosts: dict[str, str] = field(default_factory=dict)
+    unplaced_replicas: tuple[str, ...] = ()
 
     def summary(self) -> dict[str, Any]:
         """The JSON summary; an infinite cost (an M/M/1 node at capacity) is written as null."""
@@ -147,6 +163,7 @@ class _Edge:
     price_min: float
     price_max: float
     min_move: float
+    replicas: bool = False  # the contract's availability terms allow replica hosting
 
 
 @dataclass(frozen=True)
@@ -157,18 +174,27 @@ class _Hop:
     price: float
     at: float
     min_move: float
+    # A replica's placement: paid like a hop, but not a move (no move-back, no lock).
+    placement: bool = False
 
 
 class _Task:
-    __slots__ = ("chain", "hops", "host", "load", "name", "owner")
+    """One copy of a task: the primary (``copy.index == 0``) or one of its replicas."""
 
-    def __init__(self, name: str, owner: int, load: float, host: int) -> None:
-        self.name = name
+    __slots__ = ("chain", "copy", "hops", "host", "load", "name", "owner", "placed")
+
+    def __init__(
+        self, name: str, owner: int, load: float, host: int, copy: copies.Copy | None = None
+    ) -> None:
+        self.copy = copy or copies.Copy(name)
+        self.name = self.copy.name
         self.owner = owner
         self.load = load
         self.host = host
         self.hops: list[_Hop] = []
         self.chain: set[int] = {owner, host}
+        # Primaries are always placed; a replica until it finds a legal host is not.
+        self.placed = not self.copy.is_replica
 
     def locked(self, now: float) -> bool:
         return bool(self.hops) and now - self.hops[-1].at < self.hops[-1].min_move
@@ -190,9 +216,10 @@ class _Federation:
         for c_id, c in enumerate(doc.contracts):
             a, b = index[c.a], index[c.b]
             self.contract_pairs.append((c.a, c.b))
+            hosting = c.availability is not None and c.availability.replica_hosting
             for me, other in ((a, b), (b, a)):
                 self.edges[me].append(
-                    _Edge(other, c_id, c.price_min, c.price_max, c.min_move_seconds)
+                    _Edge(other, c_id, c.price_min, c.price_max, c.min_move_seconds, hosting)
                 )
         for i, edges in enumerate(self.edges):
             # Cheapest contract first; ties by partner name so runs are reproducible.
@@ -201,6 +228,15 @@ class _Federation:
         self.tasks = [
             _Task(t.name, index[t.owner], t.load, index[t.initial_host]) for t in doc.tasks
         ]
+        # Replicas after every primary, so a federation without replicas is unchanged.
+        self.tasks += [
+            _Task(t.name, index[t.owner], t.load, index[t.owner], c)
+            for t in doc.tasks
+            for c in copies.copies_of(t.name, t.replicas)[1:]
+        ]
+        self.copies: dict[str, list[int]] = {}
+        for k, task in enumerate(self.tasks):
+            self.copies.setdefault(task.copy.task, []).append(k)
         self.task_index = {t.name: k for k, t in enumerate(self.tasks)}
         self.hosted: list[set[int]] = [set() for _ in self.names]
         self.loads = [0.0] * len(self.names)
@@ -211,11 +247,26 @@ class _Federation:
         self.operations = 0
         self.offers = 0
         self._rebuild()
+        self.initial_hosts = self.host_names()
 
     # --- state -------------------------------------------------------------------------
 
     def active(self, task: _Task) -> bool:
-        return self.online[task.owner]
+        return self.online[task.owner] and task.placed
+
+    def held(self, who: int) -> set[str]:
+        """The tasks ``who`` hosts a copy of."""
+        return {self.tasks[k].copy.task for k in self.hosted[who]}
+
+    def host_names(self) -> dict[str, str]:
+        return {
+            t.name: self.names[t.host]
+            for hosted in self.hosted
+            for t in (self.tasks[k] for k in hosted)
+        }
+
+    def _unplace(self, task: _Task) -> None:
+        task.placed, task.host, task.hops, task.chain = False, task.owner, [], {task.owner}
 
     def _rebuild(self) -> None:
         """Recompute hosted sets, loads and thresholds from scratch after an event."""
@@ -224,9 +275,13 @@ class _Federation:
         for k, task in enumerate(self.tasks):
             if self.active(task):
                 if not self.online[task.host]:
+                    if task.copy.is_replica:
+                        self._unplace(task)
+                        continue
                     task.host, task.hops, task.chain = task.owner, [], {task.owner}
                 self.hosted[task.host].add(k)
         self._recount()
+        self._place_replicas()
         for i, model in enumerate(self.models):
             ranges = [
                 (e.price_min, e.price_max) for e in self.edges[i] if self.online[e.partner]
@@ -234,6 +289,48 @@ class _Federation:
             price = bpm.threshold_price(ranges)
             self.prices[i] = price if price is not None else model.derivative(model.capacity)
             self.thresholds[i] = bpm.capacity_threshold(model, ranges)
+
+    def _place_replicas(self) -> None:
+        """Give every unplaced replica of an online owner a host, as the registry would."""
+        for task in self.tasks:
+            if task.placed or not self.online[task.owner]:
+                continue
+            others = [
+                self.tasks[k]
+                for k in self.copies[task.copy.task]
+                if k != self.task_index[task.name]
+            ]
+            taken = [self.names[t.host] for t in others if self.active(t)]
+            edges = {e.partner: e for e in self.edges[task.owner] if self.online[e.partner]}
+            candidates = [
+                ReplicaCandidate(
+                    participant=self.names[j],
+                    hosts_replicas=e.replicas,
+                    load=self.loads[j],
+                    capacity=self.models[j].capacity,
+                    price=e.price_min,
+                )
+                for j, e in sorted(edges.items())
+            ]
+            try:
+                placement = place_replicas(
+                    task.name,
+                    task_load=task.load,
+                    k=len(taken),  # the primary's host plus the other replicas, plus this one
+                    primary_host=taken[0] if taken else self.names[task.owner],
+                    candidates=candidates,
+                    existing=taken[1:],
+                )
+            except PlacementError:
+                continue
+            if not placement.hosts:
+                continue
+            j = self.index[placement.hosts[0]]
+            edge = edges[j]
+            task.placed, task.host, task.chain = True, j, {task.owner, j}
+            task.hops = [_Hop(task.owner, j, edge.contract, edge.price_min, -math.inf, 0.0, True)]
+            self.hosted[j].add(self.task_index[task.name])
+            self.loads[j] += task.load
 
     def _recount(self) -> None:
         for i, hosted in enumerate(self.hosted):
@@ -275,14 +372,25 @@ class _Federation:
         self.online[who] = False
         for task in self.tasks:
             if task.owner == who:
-                task.host, task.hops, task.chain = who, [], {who}
+                if task.copy.is_replica:
+                    self._unplace(task)  # placed afresh when the owner is back
+                else:
+                    task.host, task.hops, task.chain = who, [], {who}
                 continue
-            if who not in task.chain or not task.hops:
+            if not task.placed or who not in task.chain or not task.hops:
                 continue
             cut = next((n for n, h in enumerate(task.hops) if who in (h.source, h.target)), None)
             if cut is None:
                 continue
             home = task.hops[cut].source
+            if task.copy.is_replica and (
+                task.hops[cut].placement or task.copy.task in self.held(home)
+            ):
+                # Its placement host left (a replica never goes "home" to the owner), or the way
+                # back holds another copy: it is placed afresh below.
+                self.hosted[task.host].discard(self.task_index[task.name])
+                self._unplace(task)
+                continue
             self.move_log.append(
                 MoveRecord(
                     task.name,
@@ -296,6 +404,8 @@ class _Federation:
                 )
             )
             self.relocations += 1
+            self.hosted[task.host].discard(self.task_index[task.name])
+            self.hosted[home].add(self.task_index[task.name])
             task.hops = task.hops[:cut]
             task.host = home
             task.chain = {task.owner, home} | {h.target for h in task.hops}
@@ -308,7 +418,8 @@ class _Federation:
         self._recount()
 
     def set_task_load(self, name: str, load: float) -> None:
-        self.tasks[self.task_index[name]].load = load
+        for k in self.copies[name]:  # a replica runs what its primary runs
+            self.tasks[k].load = load
         self._recount()
 
     def _next_operation(self) -> int:
@@ -339,6 +450,7 @@ class _Federation:
             (self.tasks[k].name, self.tasks[k].load)
             for k in self.hosted[i]
             if self.tasks[k].hops
+            and not self.tasks[k].hops[-1].placement
             and not self.tasks[k].locked(now)
             and self.online[self.tasks[k].hops[-1].source]
         ]
@@ -351,6 +463,8 @@ class _Federation:
             if origin is not None and hop.source != origin:
                 continue
             o = hop.source
+            if task.copy.task in self.held(o):
+                continue  # never two copies of one task on one participant
             host_load, origin_load = self.loads[i] - removed, self.loads[o] + added
             if not bpm.move_back_worthwhile(
                 model, host_load, self.models[o], origin_load, size, hop.price, delta
@@ -448,10 +562,15 @@ class _Federation:
         for path in self._paths(i, budget):
             nodes = [e.partner for e in path]
             j = nodes[-1]
+            held = self.held(j)
+            hosting = [e.replicas for e in path]
             eligible = [
                 item
                 for item in ranked
-                if not self.tasks[self.task_index[item[0]]].chain.intersection(nodes)
+                for task in [self.tasks[self.task_index[item[0]]]]
+                if not task.chain.intersection(nodes)
+                and task.copy.task not in held
+                and copies.may_travel(task.copy.is_replica, hosting)
             ]
             first, last = path[0], path[-1]
             expected = bpm.offer_set(model, load, eligible, first.price_min, delta)
@@ -473,7 +592,8 @@ class _Federation:
                 load,
                 self.models[j],
                 self.loads[j],
-                offer,
+                # The receiver refuses what it may not host, whatever the giver proposed.
+                copies.receivable(offer, self._task_of, held),
                 give_price=prices[0],
                 take_price=prices[-1],
                 delta=delta,
@@ -482,6 +602,9 @@ class _Federation:
                 self._carry(i, path, prices, taken, now)
                 return {i, *nodes}
         return None
+
+    def _task_of(self, name: str) -> str:
+        return self.tasks[self.task_index[name]].copy.task
 
     def _carry(
         self,
@@ -700,4 +823,8 @@ def simulate(
         offers=fed.offers,
         steps=recorded,
         reasons=verdict.reasons,
+        copy_of={t.name: t.copy.task for t in fed.tasks},
+        initial_hosts=fed.initial_hosts,
+        final_hosts=fed.host_names(),
+        unplaced_replicas=tuple(t.name for t in fed.tasks if not t.placed),
     )
