@@ -4,7 +4,7 @@ import enum
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Enum, Float, ForeignKey, Integer
+from sqlalchemy import JSON, Boolean, Enum, Float, ForeignKey, Integer, false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, UTCDateTime, utcnow
@@ -43,6 +43,9 @@ class Movement(Base):
     )
     price: Mapped[float | None] = mapped_column(Float, nullable=True)
     epoch: Mapped[int] = mapped_column(Integer, default=0)
+    # The copy that moves is the replica hosted by ``from_id``, not the task's primary (one
+    # participant hosts at most one copy of a task, so task and source name the replica).
+    replica: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     prepared_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 

@@ -2,8 +2,18 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import CheckConstraint, Enum, Float, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    CheckConstraint,
+    Enum,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, UTCDateTime, utcnow
@@ -42,6 +52,10 @@ class Replica(Base):
     price: Mapped[float | None] = mapped_column(Float, nullable=True)
     state: Mapped[str] = mapped_column(String(16), default="STABLE")
     state_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # The paid hops once the market has moved the replica ({payer, payee, contract_id, price}
+    # each, as a primary's journey: the owner keeps paying the placement host, which pays the
+    # next). Null while it sits where it was placed: the owner pays its host at ``price``.
+    hops: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
     # Payments for the replica's load are charged up to this instant.
     accrued_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     version: Mapped[int] = mapped_column(Integer, nullable=False)
