@@ -31,18 +31,22 @@ def active_hops(owner: int, moves: Iterable[CommittedMove]) -> list[Hop]:
     """The paid hops after replaying a task's committed moves in order."""
     chain: list[Hop] = []
     for move in moves:
-        if move.dst == owner:
-            chain = []
-            continue
-        # Moving back to an earlier host unwinds every hop after it.
-        earlier = [i for i, hop in enumerate(chain) if hop.payer == move.dst]
-        if earlier:
-            chain = chain[: earlier[0]]
-            continue
-        if move.contract_id is None or move.price is None:
-            # A relocation outside any contract (an admin's, say) is not a sale: nobody pays.
-            continue
-        chain.append(
-            Hop(payer=move.src, payee=move.dst, contract_id=move.contract_id, price=move.price)
-        )
+        chain = after_move(owner, chain, move)
     return chain
+
+
+def after_move(owner: int, chain: list[Hop], move: CommittedMove) -> list[Hop]:
+    """The paid hops once ``move`` is committed on top of ``chain``."""
+    if move.dst == owner:
+        return []
+    # Moving back to an earlier host unwinds every hop after it.
+    earlier = [i for i, hop in enumerate(chain) if hop.payer == move.dst]
+    if earlier:
+        return chain[: earlier[0]]
+    if move.contract_id is None or move.price is None:
+        # A relocation outside any contract (an admin's, say) is not a sale: nobody pays.
+        return list(chain)
+    return [
+        *chain,
+        Hop(payer=move.src, payee=move.dst, contract_id=move.contract_id, price=move.price),
+    ]

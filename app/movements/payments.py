@@ -8,8 +8,16 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.contracts import service as contracts
-from app.models import Contract, ContractStatus, LedgerEntry, Movement, MovementStatus, Task
-from app.movements import repository
+from app.models import (
+    Contract,
+    ContractStatus,
+    LedgerEntry,
+    Movement,
+    MovementStatus,
+    Replica,
+    Task,
+)
+from app.movements import replicas, repository
 from app.movements.hops import CommittedMove, active_hops
 
 
@@ -71,3 +79,8 @@ def accrue_contract(session: Session, contract: Contract, now: datetime) -> None
         task = session.get(Task, task_id)
         if task is not None:
             accrue_task(session, task, now)
+    for replica in session.scalars(select(Replica).order_by(Replica.id)):
+        task = session.get(Task, replica.task_id)
+        hops = replicas.paid_hops(replica, task.owner_id) if task is not None else []
+        if any(hop.contract_id == contract.id for hop in hops):
+            replicas.accrue(session, replica, now)

@@ -20,6 +20,7 @@ from app.contracts import service as contracts
 from app.db.base import utcnow
 from app.errors import Conflict, Forbidden, InvalidInput, NotFound
 from app.models import Contract, ContractStatus, Participant, Replica, ReplicaTechnique, Task
+from app.movements.hops import CommittedMove, Hop, after_move
 from app.movements.replica_schemas import ReplicaRead
 
 
@@ -123,33 +124,79 @@ def place(
     return created
 
 
+def paid_hops(replica: Replica, owner_id: int) -> list[Hop]:
+    """Who pays whom for the replica: its placement, then every move the market made of it."""
+    if replica.hops is not None:
+        return [Hop(**hop) for hop in replica.hops]
+    if replica.contract_id is None or replica.price is None:
+        return []
+    return [Hop(owner_id, replica.participant_id, replica.contract_id, replica.price)]
+
+
 def accrue(session: Session, replica: Replica, now: datetime) -> float:
-    """Charge the owner for the replica's load since the last charge (0 without a contract)."""
+    """Charge every paid hop of the replica's load since the last charge (0 without one)."""
     seconds = (now - replica.accrued_at).total_seconds()
-    contract = session.get(Contract, replica.contract_id) if replica.contract_id else None
     task = session.get(Task, replica.task_id)
     replica.accrued_at = now
-    if (
-        seconds <= 0
-        or contract is None
-        or task is None
-        or contract.status is not ContractStatus.active
-        or replica.load <= 0
-        or replica.price is None
-    ):
+    if seconds <= 0 or task is None or replica.load <= 0:
         return 0.0
-    entry = contracts.accrue(
-        session,
-        contract,
-        payer_id=task.owner_id,
-        payee_id=replica.participant_id,
-        load=replica.load,
-        price=replica.price,
-        seconds=seconds,
-        task_id=task.id,
+    total = 0.0
+    for hop in paid_hops(replica, task.owner_id):
+        contract = session.get(Contract, hop.contract_id) if hop.contract_id else None
+        if contract is None or contract.status is not ContractStatus.active:
+            continue
+        entry = contracts.accrue(
+            session,
+            contract,
+            payer_id=hop.payer,
+            payee_id=hop.payee,
+            load=replica.load,
+            price=hop.price,
+            seconds=seconds,
+            task_id=task.id,
+        )
+        entry.kind = "replica"
+        total += entry.amount
+    return total
+
+
+def hosted_by(session: Session, task_id: int, participant_id: int) -> Replica | None:
+    return session.scalar(
+        select(Replica).where(Replica.task_id == task_id, Replica.participant_id == participant_id)
     )
-    entry.kind = "replica"
-    return entry.amount
+
+
+def holds_copy(session: Session, task: Task, participant_id: int) -> bool:
+    """Whether the participant hosts the task or one of its replicas."""
+    return task.host_id == participant_id or hosted_by(session, task.id, participant_id) is not None
+
+
+def moved(
+    session: Session,
+    replica: Replica,
+    task: Task,
+    *,
+    to_id: int,
+    contract_id: int | None,
+    price: float | None,
+    load: float | None,
+    now: datetime,
+) -> None:
+    """The market moved the replica: paid up to now on its old hops, then hosted at ``to_id``
+    with the move's hop added (or the chain unwound, for a move back), as a primary's."""
+    accrue(session, replica, now)
+    move = CommittedMove(replica.participant_id, to_id, contract_id, price)
+    chain = after_move(task.owner_id, paid_hops(replica, task.owner_id), move)
+    replica.hops = [
+        {"payer": h.payer, "payee": h.payee, "contract_id": h.contract_id, "price": h.price}
+        for h in chain
+    ]
+    replica.participant_id = to_id
+    replica.contract_id = chain[-1].contract_id if chain else None
+    replica.price = chain[-1].price if chain else None
+    if load is not None:
+        replica.load = load  # from now on it is paid for the load that was sold
+    session.flush()
 
 
 def promoted(session: Session, task_id: int, participant_id: int, now: datetime) -> None:

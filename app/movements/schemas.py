@@ -34,6 +34,8 @@ class MovementRead(BaseModel):
     offer_id: int | None
     price: float | None
     epoch: int
+    # True when the copy that moves is the source's replica of the task, not its primary.
+    replica: bool = False
     prepared_at: datetime
     finished_at: datetime | None
 

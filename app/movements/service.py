@@ -60,6 +60,15 @@ def prepare(
         raise InvalidInput(f"{target.name} already hosts task {task.name}", field="to")
     if target.status is ParticipantStatus.suspended:
         raise Conflict(f"{target.name} is suspended and may not take tasks", field="to")
+    market = reason in (MovementReason.load, MovementReason.move_back)
+    if market and replicas.hosted_by(session, task.id, target.id) is not None:
+        # A failover onto the replica is how a replica becomes the primary; the market never
+        # puts the primary beside a replica.
+        raise Conflict(
+            f"{target.name} already hosts a replica of task {task.name}; never two copies on "
+            "one participant",
+            field="tasks",
+        )
     movement = Movement(
         task_id=task.id,
         from_id=locked.host_id,
@@ -89,6 +98,97 @@ def prepare(
     return movement
 
 
+def prepare_replica(
+    session: Session,
+    task: Task,
+    source: Participant,
+    target: Participant,
+    *,
+    actor: str,
+    contract: Contract,
+    price: float,
+    offer_id: int,
+    field: str = "replicas",
+) -> Movement:
+    """Prepare the market's move of the replica ``source`` hosts to ``target``.
+
+    Serialised with every other decision about the task (its row lock, one movement in flight
+    per task whatever the copy), so the check that ``target`` hosts no copy yet still holds
+    at commit. The primary's lease epoch is not the replica's: it is carried, not raised.
+    """
+    locked = repository.task_for_update(session, task.id)
+    assert locked is not None
+    if locked.pinned:
+        raise Conflict(
+            f"task {task.name} is pinned by an admin; the market may not move it", field=field
+        )
+    if repository.prepared_for_task(session, task.id) is not None:
+        raise Conflict(f"task {task.name} is already being moved", field=field)
+    if replicas.hosted_by(session, task.id, source.id) is None:
+        raise Conflict(f"{source.name} no longer hosts a replica of {task.name}", field=field)
+    if replicas.holds_copy(session, locked, target.id):
+        raise Conflict(
+            f"{target.name} already hosts a copy of task {task.name}; never two on one participant",
+            field=field,
+        )
+    if target.status is ParticipantStatus.suspended:
+        raise Conflict(f"{target.name} is suspended and may not take tasks", field="to")
+    movement = Movement(
+        task_id=task.id,
+        from_id=source.id,
+        to_id=target.id,
+        contract_id=contract.id,
+        offer_id=offer_id,
+        reason=MovementReason.load,
+        status=MovementStatus.prepared,
+        price=price,
+        epoch=locked.lease_epoch,
+        replica=True,
+    )
+    session.add(movement)
+    session.flush()
+    audit.record(
+        session,
+        actor=actor,
+        action="movement.prepared",
+        entity_type="movement",
+        entity_id=movement.id,
+        detail={"task": task.name, "replica": True, "to": target.name, "reason": "load"},
+    )
+    return movement
+
+
+def _commit_replica(session: Session, movement: Movement, task: Task) -> None:
+    replica = replicas.hosted_by(session, task.id, movement.from_id)
+    if replica is None:
+        raise Conflict(
+            f"the replica of {task.name} left its host since this movement was prepared",
+            field="id",
+        )
+    if replicas.holds_copy(session, task, movement.to_id):
+        raise Conflict(
+            f"the target already hosts a copy of task {task.name}; never two on one participant",
+            field="id",
+        )
+    sold = None
+    if movement.offer_id is not None:
+        offer = session.get(Offer, movement.offer_id)
+        sold = offer.detail.get("loads", {}).get(task.name) if offer is not None else None
+    now = utcnow()
+    replicas.moved(
+        session,
+        replica,
+        task,
+        to_id=movement.to_id,
+        contract_id=movement.contract_id,
+        price=movement.price,
+        load=float(sold) if sold is not None else None,
+        now=now,
+    )
+    movement.status, movement.finished_at = MovementStatus.committed, now
+    session.flush()
+
+
 def _visible(
     session: Session, principal: Principal, movement_id: int, *, for_update: bool = False
 ) -> Movement:
@@ -114,10 +214,28 @@ def commit(session: Session, principal: Principal, movement_id: int, epoch: int)
         )
     task = repository.task_for_update(session, movement.task_id)
     assert task is not None
+    if movement.replica:
+        _commit_replica(session, movement, task)
+        audit.record(
+            session,
+            actor=principal.actor,
+            action="movement.committed",
+            entity_type="movement",
+            entity_id=movement.id,
+            detail={"task": task.name, "replica": True, "epoch": movement.epoch},
+        )
+        return movement
     now = utcnow()
     if task.host_id != movement.from_id or task.lease_epoch != movement.epoch - 1:
         raise Conflict(
             f"task {task.name} changed host since this movement was prepared", field="id"
+        )
+    market = movement.reason in (MovementReason.load, MovementReason.move_back)
+    if market and replicas.hosted_by(session, task.id, movement.to_id) is not None:
+        raise Conflict(
+            f"the target already hosts a replica of task {task.name}; never two copies on one "
+            "participant",
+            field="id",
         )
     accrue_task(session, task, now)
     if movement.offer_id is not None:
@@ -247,6 +365,7 @@ def to_read(session: Session, movements: list[Movement]) -> list[MovementRead]:
             offer_id=m.offer_id,
             price=m.price,
             epoch=m.epoch,
+            replica=m.replica,
             prepared_at=m.prepared_at,
             finished_at=m.finished_at,
         )

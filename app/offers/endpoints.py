@@ -44,7 +44,9 @@ def accept(
     offer_id: int, body: OfferAccept, me: CurrentPrincipal, session: SessionDep
 ) -> OfferRead:
     """Take all the offered tasks, or the subset named in ``tasks``; prepares their movements."""
-    return _one(session, service.accept(session, me, offer_id, body.version, body.tasks))
+    return _one(
+        session, service.accept(session, me, offer_id, body.version, body.tasks, body.replicas)
+    )
 
 
 @router.post("/{offer_id}/reject", response_model=OfferRead, response_model_by_alias=True)

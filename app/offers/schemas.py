@@ -11,7 +11,16 @@ class OfferCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     contract_id: int = Field(description="The active contract the load moves under.")
-    tasks: list[str] = Field(min_length=1, description="Tasks you host and will pay to shed.")
+    tasks: list[str] = Field(
+        default_factory=list, description="Tasks you host and will pay to shed."
+    )
+    replicas: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Tasks whose replica you host and will pay to shed, like load; only over a contract "
+            "that allows replica hosting, never to a participant hosting a copy already."
+        ),
+    )
     price: float = Field(gt=0, description="Price per unit load per second, inside the range.")
     loads: dict[str, float] | None = Field(
         default=None,
@@ -31,7 +40,14 @@ class OfferAccept(BaseModel):
 
     version: int
     tasks: list[str] | None = Field(
-        default=None, description="The subset you take (partial acceptance); default all."
+        default=None,
+        description="The subset you take (partial acceptance); default all, or none of them "
+        "when only ``replicas`` is given.",
+    )
+    replicas: list[str] | None = Field(
+        default=None,
+        description="The offered replicas you take; default all, or none of them when only "
+        "``tasks`` is given.",
     )
 
 
@@ -47,8 +63,10 @@ class OfferRead(BaseModel):
     src: str = Field(serialization_alias="from")
     to: str
     tasks: list[str]
+    replicas: list[str] = Field(default_factory=list)
     loads: dict[str, float]
     accepted_tasks: list[str]
+    accepted_replicas: list[str] = Field(default_factory=list)
     price: float
     status: OfferStatus
     version: int

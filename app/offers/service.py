@@ -27,6 +27,7 @@ from app.models import (
     Participant,
     Task,
 )
+from app.movements import replicas as replica_rows
 from app.movements import service as movements
 from app.offers.schemas import OfferCreate, OfferRead
 from app.participants import repository as participants
@@ -51,15 +52,33 @@ def create(session: Session, principal: Principal, data: OfferCreate) -> Offer:
             f"[{contract.price_min}, {contract.price_max}]",
             field="price",
         )
-    if len(set(data.tasks)) != len(data.tasks):
+    if not data.tasks and not data.replicas:
+        raise InvalidInput("offer at least one task or replica", field="tasks")
+    names = [*data.tasks, *data.replicas]
+    if len(set(names)) != len(names):
         raise InvalidInput("a task is listed twice", field="tasks")
-    found = _tasks_by_name(session, data.tasks)
+    partner = contract.partner_id if contract.proposer_id == me else contract.proposer_id
+    found = _tasks_by_name(session, names)
     for i, name in enumerate(data.tasks):
         task = found.get(name)
         if task is None or task.host_id != me:
             raise InvalidInput(f"you do not host a task named {name!r}", field=f"tasks[{i}]")
         if task.pinned:
             raise Conflict(f"task {name} is pinned by an admin", field=f"tasks[{i}]")
+        _refuse_second_copy(session, task, partner, f"tasks[{i}]")
+    for i, name in enumerate(data.replicas):
+        task = found.get(name)
+        if task is None or replica_rows.hosted_by(session, task.id, me) is None:
+            raise InvalidInput(
+                f"you do not host a replica of a task named {name!r}", field=f"replicas[{i}]"
+            )
+        if task.pinned:
+            raise Conflict(f"task {name} is pinned by an admin", field=f"replicas[{i}]")
+        if not contract.replica_hosting:
+            raise InvalidInput(
+                f"contract {contract.id} does not allow replica hosting", field=f"replicas[{i}]"
+            )
+        _refuse_second_copy(session, task, partner, f"replicas[{i}]")
     outstanding = session.scalar(
         select(Offer).where(Offer.from_id == me, Offer.status == OfferStatus.open)
     )
@@ -76,6 +95,10 @@ def create(session: Session, principal: Principal, data: OfferCreate) -> Offer:
     if in_flight is not None:
         raise Conflict("a task of this offer is already being moved", field="tasks")
     loads = {name: found[name].load for name in data.tasks}
+    for name in data.replicas:
+        hosted = replica_rows.hosted_by(session, found[name].id, me)
+        assert hosted is not None
+        loads[name] = hosted.load
     for name, load in (data.loads or {}).items():
         if name not in loads:
             raise InvalidInput(
@@ -84,8 +107,9 @@ def create(session: Session, principal: Principal, data: OfferCreate) -> Offer:
         if load < 0:
             raise InvalidInput(f"load {load} is negative", field=f"loads.{name}")
         loads[name] = load
-    partner = contract.partner_id if contract.proposer_id == me else contract.proposer_id
     detail: dict[str, Any] = {"loads": loads}
+    if data.replicas:
+        detail["replica_task_ids"] = [found[n].id for n in data.replicas]
     if data.relay_for is not None:
         _check_relay_target(session, me, partner, data.relay_for)
         detail["relay_for"] = data.relay_for
@@ -107,9 +131,19 @@ def create(session: Session, principal: Principal, data: OfferCreate) -> Offer:
         action="offer.created",
         entity_type="offer",
         entity_id=offer.id,
-        detail={"tasks": data.tasks, "price": data.price},
+        detail={"tasks": data.tasks, "replicas": data.replicas, "price": data.price},
     )
     return offer
+
+
+def _refuse_second_copy(session: Session, task: Task, receiver: int, field: str) -> None:
+    """The receiver's rule: never two copies of one task on one participant."""
+    if replica_rows.holds_copy(session, task, receiver):
+        who = participants.names_by_id(session, [receiver])[receiver]
+        raise Conflict(
+            f"{who} already hosts a copy of task {task.name}; never two copies on one participant",
+            field=field,
+        )
 
 
 def _check_relay_target(session: Session, me: int, partner: int, upstream_id: int) -> None:
@@ -164,18 +198,18 @@ def accept(
     offer_id: int,
     version: int,
     task_names: list[str] | None,
+    replica_names: list[str] | None = None,
 ) -> Offer:
     offer = _decidable(session, principal, offer_id, version, by="addressee")
     offered = {t.id: t for t in session.scalars(select(Task).where(Task.id.in_(offer.task_ids)))}
-    by_name = {t.name: t for t in offered.values()}
-    chosen = list(offered.values()) if task_names is None else []
-    for i, name in enumerate(task_names or []):
-        if name not in by_name:
-            raise InvalidInput(
-                f"task {name!r} is not part of offer {offer.id}", field=f"tasks[{i}]"
-            )
-        chosen.append(by_name[name])
-    if not chosen:
+    replica_ids = list(offer.detail.get("replica_task_ids", []))
+    offered_replicas = {
+        t.id: t for t in session.scalars(select(Task).where(Task.id.in_(replica_ids)))
+    }
+    everything = task_names is None and replica_names is None
+    chosen = _subset(offer, offered, task_names, everything, "tasks")
+    chosen_replicas = _subset(offer, offered_replicas, replica_names, everything, "replicas")
+    if not chosen and not chosen_replicas:
         raise InvalidInput("accept at least one task, or reject the offer", field="tasks")
     contract = contracts.get_visible(session, principal, offer.contract_id)
     if contract.status is not ContractStatus.active:
@@ -195,12 +229,31 @@ def accept(
         )
         for task in sorted(chosen, key=lambda t: t.name)
     ]
+    source = session.get(Participant, offer.from_id)
+    assert source is not None
+    for i, task in enumerate(sorted(chosen_replicas, key=lambda t: t.name)):
+        prepared.append(
+            movements.prepare_replica(
+                session,
+                task,
+                source,
+                target,
+                actor=principal.actor,
+                contract=contract,
+                price=offer.price,
+                offer_id=offer.id,
+                field=f"replicas[{i}]",
+            )
+        )
     offer.accepted_task_ids = [t.id for t in sorted(chosen, key=lambda t: t.name)]
-    offer.status = (
-        OfferStatus.accepted if len(chosen) == len(offered) else OfferStatus.partially_accepted
-    )
+    whole = len(chosen) == len(offered) and len(chosen_replicas) == len(offered_replicas)
+    offer.status = OfferStatus.accepted if whole else OfferStatus.partially_accepted
     offer.decided_at = utcnow()
-    offer.detail = {**offer.detail, "movement_ids": [m.id for m in prepared]}
+    offer.detail = {
+        **offer.detail,
+        "movement_ids": [m.id for m in prepared],
+        "accepted_replica_task_ids": [t.id for t in sorted(chosen_replicas, key=lambda t: t.name)],
+    }
     session.flush()
     audit.record(
         session,
@@ -208,9 +261,29 @@ def accept(
         action=f"offer.{offer.status.value}",
         entity_type="offer",
         entity_id=offer.id,
-        detail={"tasks": [t.name for t in chosen]},
+        detail={
+            "tasks": [t.name for t in chosen],
+            "replicas": [t.name for t in chosen_replicas],
+        },
     )
     return offer
+
+
+def _subset(
+    offer: Offer, offered: dict[int, Task], names: list[str] | None, everything: bool, field: str
+) -> list[Task]:
+    """The offered tasks (or replicas) named in an acceptance; all of them when none is named."""
+    if everything:
+        return list(offered.values())
+    by_name = {t.name: t for t in offered.values()}
+    chosen = []
+    for i, name in enumerate(names or []):
+        if name not in by_name:
+            raise InvalidInput(
+                f"{field[:-1]} {name!r} is not part of offer {offer.id}", field=f"{field}[{i}]"
+            )
+        chosen.append(by_name[name])
+    return chosen
 
 
 def reject(session: Session, principal: Principal, offer_id: int, version: int) -> Offer:
@@ -257,6 +330,7 @@ def list_for(session: Session, principal: Principal, status: OfferStatus | None)
 
 def to_read(session: Session, offers: list[Offer]) -> list[OfferRead]:
     task_ids = {tid for o in offers for tid in o.task_ids}
+    task_ids |= {tid for o in offers for tid in o.detail.get("replica_task_ids", [])}
     names = dict(session.execute(select(Task.id, Task.name).where(Task.id.in_(task_ids))).all())
     people = participants.names_by_id(
         session, [o.from_id for o in offers] + [o.to_id for o in offers]
@@ -268,8 +342,10 @@ def to_read(session: Session, offers: list[Offer]) -> list[OfferRead]:
             src=people[o.from_id],
             to=people[o.to_id],
             tasks=[names[t] for t in o.task_ids],
+            replicas=[names[t] for t in o.detail.get("replica_task_ids", [])],
             loads={k: float(v) for k, v in o.detail.get("loads", {}).items()},
             accepted_tasks=[names[t] for t in o.accepted_task_ids],
+            accepted_replicas=[names[t] for t in o.detail.get("accepted_replica_task_ids", [])],
             price=o.price,
             status=o.status,
             version=o.version,
