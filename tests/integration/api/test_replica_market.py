@@ -1,0 +1,149 @@
+"""Replicas through the market API: offered, accepted, moved and paid like load; never two copies
+of one task on one participant."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import select
+
+from app.db.session import unit_of_work
+from app.models import LedgerEntry, Replica
+from tests.integration.api.conftest import Api
+from tests.support.snapshot import registry_snapshot
+
+
+def contract(api: Api, a: str, b: str, *, hosting: bool, low: float = 0.5) -> dict[str, Any]:
+    proposed = api.propose(
+        a, b, price_min=low, price_max=low + 0.1, availability={"replica_hosting": hosting}
+    )
+    accepted = api.post(b, f"/v1/contracts/{proposed['id']}/accept", {"version": 1})
+    assert accepted.status_code == 200, accepted.text
+    return accepted.json()
+
+
+def setup(api: Api) -> dict[str, dict[str, Any]]:
+    """A owns q1 (load 10); its replica is placed on B; B may shed it to C (replica hosting)
+    but not to D; A hosts the primary."""
+    for name in ("A", "B", "C", "D"):
+        api.register(name)
+    out = {
+        "AB": contract(api, "A", "B", hosting=True),
+        "BC": contract(api, "B", "C", hosting=True, low=0.3),
+        "BD": contract(api, "B", "D", hosting=False, low=0.3),
+        "BA": {},
+    }
+    assert api.post("A", "/v1/tasks", {"name": "q1", "load": 10.0}).status_code == 201
+    placed = api.post("A", "/v1/tasks/q1/replicas", {"k": 1})
+    assert [r["host"] for r in placed.json()] == ["B"], placed.text
+    return out
+
+
+def test_a_replica_is_offered_accepted_moved_and_paid_like_load(api: Api, db_url: str) -> None:
+    c = setup(api)
+    offer = api.post(
+        "B",
+        "/v1/offers",
+        {"contract_id": c["BC"]["id"], "replicas": ["q1"], "price": 0.35, "loads": {"q1": 9.0}},
+    )
+    assert offer.status_code == 201, offer.text
+    body = offer.json()
+    assert (body["from"], body["to"], body["tasks"], body["replicas"]) == ("B", "C", [], ["q1"])
+    assert body["loads"] == {"q1": 9.0}
+
+    accepted = api.post("C", f"/v1/offers/{body['id']}/accept", {"version": 1})
+    assert accepted.status_code == 200, accepted.text
+    assert accepted.json()["status"] == "accepted"
+    assert accepted.json()["accepted_replicas"] == ["q1"]
+    (mid,) = accepted.json()["movement_ids"]
+    movement = next(m for m in api.get("C", "/v1/movements").json() if m["id"] == mid)
+    assert (movement["task"], movement["from"], movement["to"], movement["replica"]) == (
+        "q1",
+        "B",
+        "C",
+        True,
+    )
+    # The primary is untouched by a replica's move: its host and lease stay.
+    assert api.get("A", "/v1/tasks/q1/lease").json()["host"] == "A"
+
+    time.sleep(0.05)  # a measurable interval at the placement's terms
+    committed = api.post("C", f"/v1/movements/{mid}/commit", {"epoch": movement["epoch"]})
+    assert committed.status_code == 200, committed.text
+    assert committed.json()["status"] == "committed"
+
+    seen = api.get("admin", "/v1/replicas").json()
+    assert [(r["task"], r["host"], r["load"], r["price"], r["contract_id"]) for r in seen] == [
+        ("q1", "C", 9.0, 0.35, c["BC"]["id"])
+    ]
+    lease = api.get("A", "/v1/tasks/q1/lease").json()
+    assert (lease["host"], lease["epoch"]) == ("A", 0)
+
+    time.sleep(0.05)
+    # The host's state report charges the replica's hops: A still pays B, and B pays C.
+    report = api.client.put(
+        "/v1/replicas/q1/state", json={"state": "STABLE"}, headers=api.headers("C")
+    )
+    assert report.status_code == 200, report.text
+    with unit_of_work(db_url) as session:
+        entries = session.scalars(
+            select(LedgerEntry).where(LedgerEntry.kind == "replica").order_by(LedgerEntry.id)
+        ).all()
+        people = {p["name"]: p["id"] for p in api.get("admin", "/v1/participants").json()}
+        by_pair = {(e.payer_id, e.payee_id, e.price, e.load) for e in entries}
+        assert (people["A"], people["B"], 0.5, 10.0) in by_pair  # before the move
+        assert (people["A"], people["B"], 0.5, 9.0) in by_pair  # after: the load sold
+        assert (people["B"], people["C"], 0.35, 9.0) in by_pair
+        assert all(e.amount == e.load * e.price * e.seconds and e.amount > 0 for e in entries)
+        replica = session.scalars(select(Replica)).one()
+        assert replica.participant_id == people["C"]
+    bc = api.get("B", f"/v1/contracts/{c['BC']['id']}/ledger").json()
+    # The contract's ledger lists the replica's payments (as kind "replica" entries).
+    assert {(e["kind"], e["payer"], e["payee"], e["price"]) for e in bc["entries"]} == {
+        ("replica", "B", "C", 0.35)
+    }
+
+
+def test_an_offer_that_would_put_two_copies_on_one_participant_is_refused(
+    api: Api, db_url: str
+) -> None:
+    c = setup(api)
+    ab = c["AB"]["id"]
+    before = registry_snapshot(db_url)
+    # A would hand the primary to B, which hosts its replica.
+    primary = api.post("A", "/v1/offers", {"contract_id": ab, "tasks": ["q1"], "price": 0.55})
+    assert primary.status_code == 409, primary.text
+    assert primary.json()["field"] == "tasks[0]"
+    assert "never two copies" in primary.json()["detail"]
+    # B would hand the replica back to A, which hosts the primary.
+    back = api.post("B", "/v1/offers", {"contract_id": ab, "replicas": ["q1"], "price": 0.55})
+    assert back.status_code == 409, back.text
+    assert back.json()["field"] == "replicas[0]"
+    # A replica only travels over a contract that allows replica hosting.
+    to_d = api.post(
+        "B", "/v1/offers", {"contract_id": c["BD"]["id"], "replicas": ["q1"], "price": 0.35}
+    )
+    assert (to_d.status_code, to_d.json()["field"]) == (422, "replicas[0]")
+    # Only the replica's host offers it.
+    not_mine = api.post(
+        "C", "/v1/offers", {"contract_id": c["BC"]["id"], "replicas": ["q1"], "price": 0.35}
+    )
+    assert (not_mine.status_code, not_mine.json()["field"]) == (422, "replicas[0]")
+    assert registry_snapshot(db_url) == before
+
+
+def test_a_copy_arriving_meanwhile_makes_the_acceptance_fail_and_changes_nothing(
+    api: Api, db_url: str
+) -> None:
+    c = setup(api)
+    contract(api, "A", "C", hosting=True)
+    offer = api.post(
+        "B", "/v1/offers", {"contract_id": c["BC"]["id"], "replicas": ["q1"], "price": 0.35}
+    ).json()
+    # Before C decides, A asks for a second replica, which lands on C.
+    assert [r["host"] for r in api.post("A", "/v1/tasks/q1/replicas", {"k": 2}).json()] == ["C"]
+    before = registry_snapshot(db_url)
+    refused = api.post("C", f"/v1/offers/{offer['id']}/accept", {"version": 1})
+    assert refused.status_code == 409, refused.text
+    assert refused.json()["field"] == "replicas[0]"
+    assert registry_snapshot(db_url) == before
