@@ -58,6 +58,10 @@ class AgentState:
     marginal_cost: float = 0.0
     threshold: float = 0.0
     hosted: dict[str, float] = field(default_factory=dict)
+    # Replicas are load like the rest: the ones I host (by task name) and, for tasks I own,
+    # who hosts their replicas (so I never offer a primary to one of them).
+    replicas: set[str] = field(default_factory=set)
+    held_by: dict[str, set[str]] = field(default_factory=dict)
     last_offer_at: float = float("-inf")
     last_offer: tuple[int, str] | None = None  # (offer id, partner) of the latest offer made
     refused_at: dict[str, float] = field(default_factory=dict)  # partner -> when it last refused
@@ -96,7 +100,12 @@ class Agent:
             partner = c["partner"] if c["proposer"] == self.name else c["proposer"]
             out.append(
                 ContractView(
-                    c["id"], partner, c["price_min"], c["price_max"], c["min_move_seconds"]
+                    c["id"],
+                    partner,
+                    c["price_min"],
+                    c["price_max"],
+                    c["min_move_seconds"],
+                    bool((c.get("availability") or {}).get("replica_hosting", False)),
                 )
             )
         return out
@@ -105,8 +114,15 @@ class Agent:
         """One statistics interval at simulated time ``now`` (seconds)."""
         tasks = [t for t in self.client.tasks() if t["host"] == self.name]
         loads = self.meter.loads([t["name"] for t in tasks])
-        contracts = self.contracts()
         state = self.state
+        state.replicas, state.held_by = set(), {}
+        for r in self.client.replicas():
+            if r["host"] == self.name:
+                state.replicas.add(r["task"])
+                loads[r["task"]] = float(r["load"])  # as the registry records it: what was sold
+            else:
+                state.held_by.setdefault(r["host"], set()).add(r["task"])
+        contracts = self.contracts()
         state.hosted = loads
         state.load = sum(loads.values())
         state.marginal_cost = self.decisions.marginal_cost(state.load)
@@ -146,7 +162,7 @@ class Agent:
                 chosen = self._take_after_relay(now, relay, downstream, load, offered, offer)
             else:
                 chosen = self.decisions.choose_accepted(
-                    load=load, offered=offered, price=offer["price"]
+                    load=load, offered=offered, price=offer["price"], held=set(loads)
                 )
                 if not chosen and self._start_relay(
                     now, offer, offered, tasks, loads, contracts, liveness, by_id
@@ -156,7 +172,13 @@ class Agent:
                 if not chosen:
                     self.client.reject(offer["id"], offer["version"])
                     continue
-                accepted = self.client.accept(offer["id"], offer["version"], chosen)
+                replicas = set(offer.get("replicas", []))
+                accepted = self.client.accept(
+                    offer["id"],
+                    offer["version"],
+                    [t for t in chosen if t not in replicas],
+                    [t for t in chosen if t in replicas],
+                )
             except ApiError as exc:
                 self.state.errors.append(f"offer {offer['id']}: {exc.detail}")
                 continue
@@ -242,15 +264,22 @@ class Agent:
         )
 
     def _offered_loads(self, offer: dict) -> dict[str, float]:
-        # The offer names tasks; their declared loads are what the giver measured and sells.
-        return {t: float(offer["loads"].get(t, 0.0)) for t in offer["tasks"]}
+        # The offer names tasks and replicas; their declared loads are what the giver measured
+        # and sells.
+        names = [*offer["tasks"], *offer.get("replicas", [])]
+        return {t: float(offer["loads"].get(t, 0.0)) for t in names}
 
     def _perform(self, now: float, accepted: dict) -> None:
         movements = {m["id"]: m for m in self.client.movements()}
         for movement_id in accepted["movement_ids"]:
             m = movements[movement_id]
             try:
-                self.mover.receive(m["task"], m["from"], self.name, movement_id, m["epoch"])
+                if m.get("replica"):
+                    # The registry records where the replica runs; starting the standby on
+                    # this participant is the availability runtime's business.
+                    self.client.commit(movement_id, m["epoch"])
+                else:
+                    self.mover.receive(m["task"], m["from"], self.name, movement_id, m["epoch"])
             except Exception as exc:  # the move is aborted by the mover; keep the agent alive
                 log.warning("move of %s to %s failed: %s", m["task"], self.name, exc)
                 self.state.errors.append(f"move {m['task']}: {exc}")
@@ -276,20 +305,30 @@ class Agent:
         self._note_refusal(now, mine)
         available = self._available_partners(now, liveness)
         movable = {t["name"]: loads[t["name"]] for t in tasks if not t["pinned"]}
+        movable.update({name: loads[name] for name in self.state.replicas})
         plan = self.decisions.plan_offer(
             load=sum(loads.values()),
             movable=movable,
             contracts=contracts,
             partner_online=available,
+            replicas=self.state.replicas,
+            held_by=self.state.held_by,
         )
         if plan is None:
             return
         try:
             made = self.client.offer(
-                plan.contract_id, list(plan.tasks), plan.price, {t: movable[t] for t in plan.tasks}
+                plan.contract_id,
+                [t for t in plan.tasks if t not in plan.replicas],
+                plan.price,
+                {t: movable[t] for t in plan.tasks},
+                replicas=list(plan.replicas),
             )
         except ApiError as exc:
             self.state.errors.append(f"offer to {plan.partner}: {exc.detail}")
+            if exc.status == 409:
+                # Refused outright (a copy already there, say): try the next partner.
+                self.state.refused_at[plan.partner] = now
             return
         self.state.last_offer = (int(made["id"]), plan.partner)
 

@@ -12,13 +12,13 @@ not this per-participant decision.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from app.agent.decisions import ContractView, OfferPlan
 from app.federation.document import ParticipantSpec
-from app.market import bpm
+from app.market import bpm, copies
 from app.market.cost_models import (
     CostModel,
     build_cost_model,
@@ -57,12 +57,23 @@ class BpmDecisions:
         movable: Mapping[str, float],
         contracts: Sequence[ContractView],
         partner_online: Mapping[str, bool],
+        replicas: Collection[str] = (),
+        held_by: Mapping[str, Collection[str]] | None = None,
     ) -> OfferPlan | None:
         delta = self.hysteresis
-        ranked = bpm.ranked_from_mapping(movable)
+        every = bpm.ranked_from_mapping(movable)
         for contract in sorted(contracts, key=lambda c: (c.price_min, c.price_max, c.partner)):
             if not partner_online.get(contract.partner, False):
                 continue
+            # Never propose a second copy to the partner, nor a replica over a contract that
+            # does not allow replica hosting (app.market.copies, as the simulator).
+            held = (held_by or {}).get(contract.partner, ())
+            ranked = [
+                item
+                for item in every
+                if item[0] not in held
+                and copies.may_travel(item[0] in replicas, [contract.replica_hosting])
+            ]
             expected = bpm.offer_set(self.model, load, ranked, contract.price_min, delta)
             if not expected:
                 continue
@@ -78,17 +89,25 @@ class BpmDecisions:
                     chosen.append(name)
                     removed += size
             if chosen:
-                return OfferPlan(contract.id, contract.partner, tuple(chosen), price)
+                shed = tuple(t for t in chosen if t in replicas)
+                return OfferPlan(contract.id, contract.partner, tuple(chosen), price, shed)
         return None
 
     def choose_accepted(
-        self, *, load: float, offered: Mapping[str, float], price: float
+        self,
+        *,
+        load: float,
+        offered: Mapping[str, float],
+        price: float,
+        held: Collection[str] = (),
     ) -> list[str]:
         """Offered tasks, largest first, while the marginal cost after taking them stays below
-        the price less the band (partial acceptance)."""
+        the price less the band (partial acceptance); never one this participant already
+        hosts a copy of (``held``)."""
         taken: list[str] = []
         added = 0.0
-        for name, size in bpm.ranked_from_mapping(offered):
+        ranked = copies.receivable(bpm.ranked_from_mapping(offered), lambda name: name, held)
+        for name, size in ranked:
             if self.model.derivative(load + added + size) < price - self.hysteresis:
                 taken.append(name)
                 added += size

@@ -66,6 +66,9 @@ class FedloadClient:
     def lease(self, task: str) -> dict[str, Any]:
         return dict(self._call("GET", f"/v1/tasks/{task}/lease"))
 
+    def replicas(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/v1/replicas"))
+
     # offers
     def offer(
         self,
@@ -74,8 +77,11 @@ class FedloadClient:
         price: float,
         loads: dict[str, float] | None = None,
         relay_for: int | None = None,
+        replicas: list[str] | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {"contract_id": contract_id, "tasks": tasks, "price": price}
+        if replicas:
+            body["replicas"] = replicas
         if loads is not None:
             body["loads"] = loads
         if relay_for is not None:
@@ -85,10 +91,18 @@ class FedloadClient:
     def offers(self, status: str | None = None) -> list[dict[str, Any]]:
         return list(self._call("GET", "/v1/offers", params={"status": status} if status else None))
 
-    def accept(self, offer_id: int, version: int, tasks: list[str] | None = None) -> dict[str, Any]:
+    def accept(
+        self,
+        offer_id: int,
+        version: int,
+        tasks: list[str] | None = None,
+        replicas: list[str] | None = None,
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {"version": version}
         if tasks is not None:
             body["tasks"] = tasks
+        if replicas is not None:
+            body["replicas"] = replicas
         return dict(self._call("POST", f"/v1/offers/{offer_id}/accept", json=body))
 
     def reject(self, offer_id: int, version: int) -> dict[str, Any]:

@@ -7,7 +7,7 @@ the pure engine in ``app.market`` so the live agents decide exactly as the simul
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -19,6 +19,7 @@ class ContractView:
     price_min: float
     price_max: float
     min_move_seconds: float
+    replica_hosting: bool = False  # its availability terms let replicas travel over it
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class OfferPlan:
     partner: str
     tasks: tuple[str, ...]
     price: float
+    replicas: tuple[str, ...] = ()  # which of ``tasks`` are replicas this participant hosts
 
 
 class Decisions(Protocol):
@@ -49,12 +51,22 @@ class Decisions(Protocol):
         movable: Mapping[str, float],
         contracts: Sequence[ContractView],
         partner_online: Mapping[str, bool],
+        replicas: Collection[str] = (),
+        held_by: Mapping[str, Collection[str]] | None = None,
     ) -> OfferPlan | None:
-        """Tasks to offer, to whom and at what price; None when keeping them is cheaper."""
+        """Tasks to offer, to whom and at what price; None when keeping them is cheaper.
+
+        ``replicas`` are the movable names that are replicas (only over replica-hosting
+        contracts); ``held_by`` the tasks each partner is known to host a copy of already."""
         ...
 
     def choose_accepted(
-        self, *, load: float, offered: Mapping[str, float], price: float
+        self,
+        *,
+        load: float,
+        offered: Mapping[str, float],
+        price: float,
+        held: Collection[str] = (),
     ) -> list[str]:
         """The subset of offered tasks whose load keeps this participant's MC below the price."""
         ...
