@@ -37,8 +37,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import shutil
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -144,23 +147,131 @@ class BatchRecord:
     sent_at: float
 
 
-class DPCOutput(SOutput):
-    """The sink of a DPC fragment; it survives the query restarts of reconciliation."""
+class DPCStore:
+    """A fragment's reconciliation state on disk, beside its checkpoint (``<root>/<name>.dpc``).
 
-    def __init__(self, location: str, stream: str, epoch: int, checkpoint_dir: Path) -> None:
-        super().__init__(location, stream, epoch)
+    The all-stable checkpoint and SOutput's dedup state must outlive the driver: a driver that
+    restarts during UP_FAILURE must still redo from the right checkpoint and must not resend rows
+    the consumers already hold. Every file is written whole (temp file, fsync, os.replace), so a
+    crash leaves the previous version or the new one, never a torn one.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.state_path = self.directory / "state.json"
+        self.checkpoint_path = self.directory / "stable.tar"
+        # Read by the SUnion readers of every query of the node (option ack_limit_file).
+        self.ack_limit_path = self.directory / "ack_limit"
+
+    @staticmethod
+    def _write(path: Path, data: bytes) -> None:
+        temp = path.with_name(f".{path.name}.tmp")
+        with open(temp, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, path)
+
+    def save(self, state: dict[str, Any]) -> None:
+        self._write(self.state_path, json.dumps(state, sort_keys=True).encode())
+
+    def load(self) -> dict[str, Any] | None:
+        if not self.state_path.exists():
+            return None
+        loaded: dict[str, Any] = json.loads(self.state_path.read_text())
+        return loaded
+
+    def save_checkpoint(self, packed: PackedCheckpoint) -> None:
+        self._write(self.checkpoint_path, packed.data)
+
+    def load_checkpoint(self) -> PackedCheckpoint:
+        return PackedCheckpoint.of(self.checkpoint_path.read_bytes())
+
+    def limit_acks(self, bucket: int | None) -> None:
+        if bucket is None:
+            self.ack_limit_path.unlink(missing_ok=True)
+        else:
+            self._write(self.ack_limit_path, str(bucket).encode())
+
+
+class QuerySink(SOutput):
+    """The foreachBatch target of one of a DPC node's queries: the serving one or a redo copy.
+    Which one it is decides what ``DPCOutput`` does with its batches."""
+
+    def __init__(self, output: DPCOutput, checkpoint_dir: Path) -> None:
+        super().__init__(output.location, output.stream, output.epoch)
+        self.output = output
         self.checkpoint_dir = Path(checkpoint_dir)
+
+    def holds_boundaries(self) -> bool:
+        return self.output.holds_boundaries()
+
+    def write(self, batch: DataFrame, batch_id: int) -> bool:
+        written = self.output.write_from(self, batch, batch_id)
+        if written:
+            self.written += 1
+        else:
+            self.skipped += 1
+        return written
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A redo batch held back until the switch."""
+
+    batch_id: int
+    start: int | None
+    end: int | None
+    table: pa.Table
+    rows: list[Row]
+    by_key: dict[tuple[int, str], int]
+
+
+@dataclass
+class Redo:
+    """A redo copy in progress: its query runs beside the serving one and sends nothing."""
+
+    copy: str
+    sink: QuerySink
+    began: float
+    pending: list[_Pending] = dataclasses.field(default_factory=list)
+    # One past the last bucket the redo has processed.
+    end: int | None = None
+    # It met tentative input itself (a new failure): drop it, try again after the next heal.
+    aborted: bool = False
+
+
+class DPCOutput(SOutput):
+    """The output side of a DPC node: its state, SOutput's rules, and every message sent.
+
+    It outlives the node's queries (``QuerySink`` per query) and, through ``DPCStore``, the
+    driver."""
+
+    def __init__(
+        self,
+        location: str,
+        stream: str,
+        epoch: int,
+        checkpoint_dir: Path,
+        store: DPCStore | None = None,
+    ) -> None:
+        super().__init__(location, stream, epoch)
         self.dpc_stream = f"{stream}.dpc"
         self.rules = StabilisingOutput()
         self.state = NodeState.STABLE
         self._lock = threading.Lock()
+        self.store = store
+        self.serving = QuerySink(self, checkpoint_dir)
+        self.redo: Redo | None = None
+        self.redo_count = 0
         # The last all-stable checkpoint: first bucket released tentatively after it, and
         # (id of the first tentative batch, the packed directory).
         self.checkpoint: Checkpoint | None = None
-        # One past the last bucket processed so far, and what the redo must get past.
+        # One past the last bucket the serving query processed, and what the redo must pass.
         self.processed_end: int | None = None
         self.redo_end: int | None = None
-        # (wall time sent, message), in sending order: what a consumer sees.
+        # (wall time sent, message), in sending order, by this process: what a consumer sees.
         self.messages: list[tuple[float, Message]] = []
         # (state, wall time) on every change, for reports.
         self.history: list[tuple[NodeState, float]] = [(self.state, time.time())]
@@ -168,7 +279,75 @@ class DPCOutput(SOutput):
         self.batches: list[BatchRecord] = []
         self._seq = 0
         self._last_sent_us = 0
+        self.resumed = store is not None and self._resume(store)
 
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.serving.checkpoint_dir
+
+    # -- durable state ------------------------------------------------------------------------
+    def _snapshot(self) -> dict[str, Any]:
+        rules = self.rules
+        return {
+            "state": self.state.value,
+            "checkpoint_dir": str(self.checkpoint_dir),
+            "checkpoint": (
+                None
+                if self.checkpoint is None
+                else {
+                    "next_bucket": self.checkpoint.next_bucket,
+                    "batch_id": self.checkpoint.state[0],
+                }
+            ),
+            "processed_end": self.processed_end,
+            "redo_end": self.redo_end,
+            "redo_count": self.redo_count,
+            "seq": self._seq,
+            "last_sent_us": self._last_sent_us,
+            "tentative_batches": self.tentative_batches,
+            "rules": {
+                "last_stable": list(rules.last_stable) if rules.last_stable else None,
+                "tentative_pending": rules.tentative_pending,
+                "stable_sent": rules.stable_sent,
+                "tentative_sent": rules.tentative_sent,
+                "duplicates_dropped": rules.duplicates_dropped,
+                "corrections_sent": rules.corrections_sent,
+                "undos_sent": rules.undos_sent,
+                "correcting": rules.correcting,
+            },
+        }
+
+    def _persist(self) -> None:
+        if self.store is not None:
+            self.store.save(self._snapshot())
+
+    def _resume(self, store: DPCStore) -> bool:
+        saved = store.load()
+        if saved is None:
+            return False
+        self.state = NodeState(saved["state"])
+        self.history = [(self.state, time.time())]
+        self.serving = QuerySink(self, Path(saved["checkpoint_dir"]))
+        if saved["checkpoint"] is not None:
+            packed = store.load_checkpoint()
+            batch_id = int(saved["checkpoint"]["batch_id"])
+            self.checkpoint = Checkpoint(
+                int(saved["checkpoint"]["next_bucket"]), (batch_id, packed)
+            )
+        self.processed_end = saved["processed_end"]
+        self.redo_end = saved["redo_end"]
+        self.redo_count = int(saved["redo_count"])
+        self._seq = int(saved["seq"])
+        self._last_sent_us = int(saved["last_sent_us"])
+        self.tentative_batches = int(saved["tentative_batches"])
+        rules = saved["rules"]
+        last = rules.pop("last_stable")
+        for name, value in rules.items():
+            setattr(self.rules, name, value)
+        self.rules.last_stable = (int(last[0]), str(last[1])) if last else None
+        return True
+
+    # -- sending ------------------------------------------------------------------------------
     def holds_boundaries(self) -> bool:
         return self.state is not NodeState.STABLE
 
@@ -186,6 +365,7 @@ class DPCOutput(SOutput):
         sent_us = max(round(now * 1_000_000), self._last_sent_us + 1)
         self._last_sent_us = sent_us + len(messages)
         columns: dict[str, list[Any]] = {name: [] for name in DPC_SCHEMA.names}
+        first = self._seq
         for index, message in enumerate(messages):
             columns["stime"].append(sent_us + index)
             columns["seq"].append(self._seq)
@@ -194,93 +374,185 @@ class DPCOutput(SOutput):
             columns["row"].append(message.row.tid if message.row else None)
             self._seq += 1
             self.messages.append((now, message))
-        client.append(self.dpc_stream, pa.table(columns, schema=DPC_SCHEMA), epoch=self.epoch)
+        # Keyed by the first seq: a driver that dies after sending and before persisting sends
+        # the same messages with the same seq again, and the log keeps one copy.
+        client.append(
+            self.dpc_stream, pa.table(columns, schema=DPC_SCHEMA), batch_id=first, epoch=self.epoch
+        )
 
     def write(self, batch: DataFrame, batch_id: int) -> bool:
-        end = offset_entry(self.checkpoint_dir, batch_id)
-        start = offset_entry(self.checkpoint_dir, batch_id - 1) if batch_id > 0 else None
-        tentative_input = end is not None and "tentative_from" in end
+        return self.write_from(self.serving, batch, batch_id)
+
+    def write_from(self, sink: QuerySink, batch: DataFrame, batch_id: int) -> bool:
         with self._lock:
-            if tentative_input and self.state is not NodeState.UP_FAILURE:
-                assert end is not None
-                # Before this batch's state exists: the directory is the all-stable state.
-                packed = pack_directory(self.checkpoint_dir)
-                self.checkpoint = Checkpoint(int(end["tentative_from"]), (batch_id, packed))
-            if tentative_input:
-                self.tentative_batches += 1
-                self._fire(NodeEvent.TENTATIVE_INPUT)
-            if end is not None:
-                self.processed_end = int(end["bucket"])
-            table = batch.toArrow()
-            rows, by_key = self._rows(table)
-            self.batches.append(
-                BatchRecord(
-                    batch_id,
-                    self.processed_end if end is not None else None,
-                    self.state is NodeState.UP_FAILURE,
-                    len(rows),
-                    time.time(),
-                )
-            )
-            with StreamClient(self.location) as client:
-                client.declare(self.dpc_stream, 1.0)
-                if self.state is NodeState.UP_FAILURE:
-                    self._send(client, self.rules.tentative(rows))
-                    return True
-                sent = self.rules.stable(rows)
-                fresh = [by_key[m.row.key] for m in sent if m.row is not None]
-                written = client.append(
-                    self.stream,
-                    table.take(pa.array(fresh, type=pa.int64())),
-                    batch_id=batch_id,
-                    epoch=self.epoch,
-                )
-                self._send(client, sent)
-                if (
-                    self.state is NodeState.STABILIZATION
-                    and self.redo_end is not None
-                    and start is not None
-                    and int(start["bucket"]) >= self.redo_end
-                ):
-                    # This batch began past everything processed tentatively, after the
-                    # watermark of the redo: every correction has been sent.
-                    self._send(client, self.rules.rec_done())
-                    self._fire(NodeEvent.RECONCILED)
-                    self.redo_end = None
-            if written:
-                self.written += 1
-            else:
-                self.skipped += 1
+            if self.redo is not None and sink is self.redo.sink:
+                return self._hold(self.redo, batch, batch_id)
+            if sink is not self.serving:
+                # A late batch of a query that no longer serves (stopped at the switch).
+                return False
+            written = self._serve(batch, batch_id)
+            self._persist()
             return written
 
-    def _rows(self, table: pa.Table) -> tuple[list[Row], dict[tuple[int, str], int]]:
-        records = table.to_pylist()
-        rows: list[Row] = []
-        by_key: dict[tuple[int, str], int] = {}
-        for index, record in enumerate(records):
-            stime_ms = _micros(record["stime"]) // 1000
-            rest = {k: v for k, v in record.items() if k != "stime"}
-            row = Row(stime_ms, json.dumps(rest, sort_keys=True, default=str))
-            rows.append(row)
-            by_key[row.key] = index
-        rows.sort()
-        return rows, by_key
+    def _serve(self, batch: DataFrame, batch_id: int) -> bool:
+        directory = self.checkpoint_dir
+        end = offset_entry(directory, batch_id)
+        start = offset_entry(directory, batch_id - 1) if batch_id > 0 else None
+        tentative_input = end is not None and "tentative_from" in end
+        if tentative_input and self.state is not NodeState.UP_FAILURE:
+            assert end is not None
+            # Before this batch's state exists: the directory is the all-stable state.
+            packed = pack_directory(directory)
+            first = int(end["tentative_from"])
+            self.checkpoint = Checkpoint(first, (batch_id, packed))
+            if self.store is not None:
+                self.store.save_checkpoint(packed)
+                self.store.limit_acks(first)
+        if tentative_input:
+            self.tentative_batches += 1
+            self._fire(NodeEvent.TENTATIVE_INPUT)
+        if end is not None:
+            self.processed_end = int(end["bucket"])
+        table = batch.toArrow()
+        rows, by_key = _rows(table)
+        self.batches.append(
+            BatchRecord(
+                batch_id,
+                self.processed_end if end is not None else None,
+                self.state is NodeState.UP_FAILURE,
+                len(rows),
+                time.time(),
+            )
+        )
+        with StreamClient(self.location) as client:
+            client.declare(self.dpc_stream, 1.0)
+            if self.state is NodeState.UP_FAILURE:
+                self._send(client, self.rules.tentative(rows))
+                return True
+            start_bucket = int(start["bucket"]) if start is not None else None
+            return self._stable(client, _Pending(batch_id, start_bucket, None, table, rows, by_key))
+
+    def _stable(self, client: StreamClient, batch: _Pending) -> bool:
+        sent = self.rules.stable(batch.rows)
+        fresh = [batch.by_key[m.row.key] for m in sent if m.row is not None]
+        written = client.append(
+            self.stream,
+            batch.table.take(pa.array(fresh, type=pa.int64())),
+            batch_id=batch.batch_id,
+            epoch=self.epoch,
+        )
+        self._send(client, sent)
+        if (
+            self.state is NodeState.STABILIZATION
+            and self.redo_end is not None
+            and batch.start is not None
+            and batch.start >= self.redo_end
+        ):
+            # This batch began past everything processed tentatively, after the watermark of
+            # the redo: every correction has been sent.
+            self._send(client, self.rules.rec_done())
+            self._fire(NodeEvent.RECONCILED)
+            self.redo_end = None
+        return written
+
+    def _hold(self, redo: Redo, batch: DataFrame, batch_id: int) -> bool:
+        end = offset_entry(redo.sink.checkpoint_dir, batch_id)
+        start = offset_entry(redo.sink.checkpoint_dir, batch_id - 1) if batch_id > 0 else None
+        if end is not None and "tentative_from" in end:
+            redo.aborted = True
+        if redo.aborted:
+            return False
+        table = batch.toArrow()
+        rows, by_key = _rows(table)
+        end_bucket = int(end["bucket"]) if end is not None else None
+        start_bucket = int(start["bucket"]) if start is not None else None
+        redo.pending.append(_Pending(batch_id, start_bucket, end_bucket, table, rows, by_key))
+        if end_bucket is not None:
+            redo.end = end_bucket
+        return True
+
+    # -- reconciliation -----------------------------------------------------------------------
+    def open_redo(self, copy: str, checkpoint_dir: Path) -> QuerySink:
+        with self._lock:
+            sink = QuerySink(self, checkpoint_dir)
+            self.redo = Redo(copy, sink, time.time())
+            self.redo_count += 1
+            self._persist()
+            return sink
+
+    def drop_redo(self) -> Redo | None:
+        with self._lock:
+            redo, self.redo = self.redo, None
+            return redo
+
+    def caught_up(self) -> bool:
+        """The redo has processed at least what the serving query has."""
+        redo = self.redo
+        return (
+            redo is not None
+            and not redo.aborted
+            and redo.end is not None
+            and (self.processed_end is None or redo.end >= self.processed_end)
+        )
+
+    def switch(self) -> None:
+        """UP_FAILURE -> STABILIZATION, once the serving query has stopped: UNDO the tentative
+        suffix, send the redo's held corrections, and serve from the redo from now on."""
+        with self._lock:
+            redo = self.redo
+            if redo is None:
+                raise RuntimeError(f"{self.stream}: no redo to switch to")
+            self._fire(NodeEvent.HEALED)
+            self.redo_end = self.processed_end
+            self.redo = None
+            self.serving = redo.sink
+            if redo.end is not None:
+                self.processed_end = redo.end
+            with StreamClient(self.location) as client:
+                client.declare(self.dpc_stream, 1.0)
+                self._send(client, self.rules.begin_corrections())
+                for pending in redo.pending:
+                    self.batches.append(
+                        BatchRecord(
+                            pending.batch_id, pending.end, False, len(pending.rows), time.time()
+                        )
+                    )
+                    self._stable(client, pending)
+            self.checkpoint = None
+            if self.store is not None:
+                self.store.limit_acks(None)
+            self._persist()
 
     def begin_reconciliation(self) -> None:
-        """UP_FAILURE -> STABILIZATION: UNDO the tentative suffix; the redo follows."""
+        """Kept for callers of the stop/restore/restart path: UNDO now, the redo follows."""
         with self._lock:
             self._fire(NodeEvent.HEALED)
             self.redo_end = self.processed_end
             with StreamClient(self.location) as client:
                 client.declare(self.dpc_stream, 1.0)
                 self._send(client, self.rules.begin_corrections())
+            self._persist()
+
+
+def _rows(table: pa.Table) -> tuple[list[Row], dict[tuple[int, str], int]]:
+    records = table.to_pylist()
+    rows: list[Row] = []
+    by_key: dict[tuple[int, str], int] = {}
+    for index, record in enumerate(records):
+        stime_ms = _micros(record["stime"]) // 1000
+        rest = {k: v for k, v in record.items() if k != "stime"}
+        row = Row(stime_ms, json.dumps(rest, sort_keys=True, default=str))
+        rows.append(row)
+        by_key[row.key] = index
+    rows.sort()
+    return rows, by_key
 
 
 def restore_stable_checkpoint(
     checkpoint_dir: Path, packed: PackedCheckpoint, batch_id: int
 ) -> None:
-    """Put back the directory packed before batch ``batch_id`` and forget that batch and later
-    ones, so Spark plans them again (from the producers' logs, now stable) on restart."""
+    """Put the directory packed before batch ``batch_id`` at ``checkpoint_dir`` and forget that
+    batch and later ones, so Spark plans them again (from the producers' logs, now stable)."""
     unpack_directory(packed, checkpoint_dir)
     for log in ("offsets", "commits"):
         folder = checkpoint_dir / log
@@ -293,7 +565,10 @@ def restore_stable_checkpoint(
 
 
 class DPCFragment:
-    """One DPC replica of a fragment on a ``FragmentRuntime``; call ``poll`` regularly."""
+    """One DPC replica of a fragment on a ``FragmentRuntime``; call ``poll`` regularly.
+
+    A new DPCFragment for the same fragment and runtime root picks up the state a previous
+    driver left in ``<root>/<name>.dpc`` (``resumed``)."""
 
     def __init__(
         self,
@@ -307,24 +582,53 @@ class DPCFragment:
     ) -> None:
         self.runtime = runtime
         self.settings = settings
+        self.store = DPCStore(runtime.checkpoint_root / f"{spec.name}.dpc")
         self.spec = dataclasses.replace(
-            spec, options={**spec.options, **settings.source_options(spec.bucket_seconds)}
+            spec,
+            options={
+                **spec.options,
+                **settings.source_options(spec.bucket_seconds),
+                "ack_limit_file": str(self.store.ack_limit_path),
+            },
         )
         self.epoch = epoch
         self.sink = DPCOutput(
-            spec.output.location, spec.output.stream, epoch, runtime.checkpoint_dir(spec.name)
+            spec.output.location,
+            spec.output.stream,
+            epoch,
+            runtime.checkpoint_dir(spec.name),
+            self.store,
         )
+        if self.sink.resumed:
+            runtime.use_checkpoint_dir(spec.name, self.sink.checkpoint_dir)
+        # A redo copy a dead driver left behind is not worth resuming: it sent nothing.
+        for stale in runtime.checkpoint_root.glob(f"{spec.name}.redo-*"):
+            if stale != self.sink.checkpoint_dir:
+                shutil.rmtree(stale, ignore_errors=True)
         self._request = request_permission or (lambda _name: True)
         self._release = release_permission or (lambda _name: None)
+        self._permit = False
         self.reconciliations: list[dict[str, float]] = []
 
     @property
     def state(self) -> NodeState:
         return self.sink.state
 
+    @property
+    def resumed(self) -> bool:
+        return self.sink.resumed
+
     def start(self, *, replay_from: int | None = None) -> StreamingQuery:
+        spec = self.spec
+        checkpoint = self.sink.checkpoint
+        if self.sink.state is NodeState.UP_FAILURE and checkpoint is not None:
+            # Restarted in failure: the new reader must go on as one in failure (delay rules,
+            # and no acknowledgement at or past the first tentative bucket).
+            spec = dataclasses.replace(
+                spec, options={**spec.options, "first_tentative": str(checkpoint.next_bucket)}
+            )
         return self.runtime.start(
-            self.spec, epoch=self.epoch, replay_from=replay_from, sink=self.sink
+            spec, epoch=self.epoch, replay_from=replay_from, sink=self.sink.serving
         )
 
     def query(self) -> StreamingQuery:
@@ -346,27 +650,68 @@ class DPCFragment:
         return all(rules.stable_ready(b) for b in range(checkpoint.next_bucket, end))
 
     def poll(self) -> bool:
-        """Reconcile if the failure healed and the permit is granted; True if it did."""
-        if not self.healed() or not self._request(self.spec.name):
-            return False
-        try:
-            self.reconcile()
-        finally:
+        """Advance reconciliation; True when it started a redo copy (the heal was noticed and
+        the permit granted). The permit is held from the redo's start to REC_DONE."""
+        redo = self.sink.redo
+        if redo is None:
+            if self._permit and self.sink.state is NodeState.STABLE:
+                self._permit = False
+                self._release(self.spec.name)
+            if not self.healed() or not self._request(self.spec.name):
+                return False
+            self._permit = True
+            self.begin_redo()
+            return True
+        if redo.aborted:
+            self.runtime.stop(redo.copy)
+            self.sink.drop_redo()
+            shutil.rmtree(redo.sink.checkpoint_dir, ignore_errors=True)
+            self._permit = False
             self._release(self.spec.name)
-        return True
+            return False
+        if self.sink.caught_up():
+            self.switch()
+        return False
 
-    def reconcile(self) -> None:
+    def begin_redo(self) -> None:
+        """Start the redo copy from the all-stable checkpoint; the serving query goes on."""
         checkpoint = self.sink.checkpoint
         if checkpoint is None:
             raise RuntimeError(f"{self.spec.name}: no stable checkpoint to reconcile from")
         began = time.time()
-        # Stop first: the query must not commit tentative batches over the restored directory.
-        self.runtime.stop(self.spec.name)
         batch_id, packed = checkpoint.state
-        restore_stable_checkpoint(self.runtime.checkpoint_dir(self.spec.name), packed, batch_id)
-        self.sink.begin_reconciliation()
-        self.start()
-        self.reconciliations.append({"began": began, "restarted": time.time()})
+        copy = f"{self.spec.name}.redo-{self.sink.redo_count + 1}"
+        directory = self.runtime.checkpoint_root / copy
+        restore_stable_checkpoint(directory, packed, batch_id)
+        # The copy is a new query to Spark: with the serving query's id, starting it would stop
+        # the serving one (a restart of the same query, spark.sql.streaming.stopActiveRunOnRestart).
+        (directory / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}) + "\n")
+        sink = self.sink.open_redo(copy, directory)
+        self.runtime.start_copy(self.spec, copy, directory, epoch=self.epoch, sink=sink)
+        self.reconciliations.append({"began": began, "redo_started": time.time()})
+
+    def switch(self) -> None:
+        """Stop the serving query, then UNDO + corrections and serve from the redo copy."""
+        redo = self.sink.redo
+        assert redo is not None
+        old = self.runtime.checkpoint_dir(self.spec.name)
+        self.runtime.stop(self.spec.name)
+        self.sink.switch()
+        self.runtime.adopt(self.spec.name, redo.copy)
+        if old != redo.sink.checkpoint_dir:
+            shutil.rmtree(old, ignore_errors=True)
+        if self.reconciliations:
+            self.reconciliations[-1]["switched"] = time.time()
+
+    def reconcile(self) -> None:
+        """Reconcile now, waiting for the redo to catch up (tests; ``poll`` does it in steps)."""
+        if self.sink.redo is None:
+            self.begin_redo()
+        while not self.sink.caught_up():
+            if self.sink.redo is None or self.sink.redo.aborted:
+                raise RuntimeError(f"{self.spec.name}: the redo met tentative input")
+            time.sleep(0.05)
+        self.switch()
 
 
 def consumer_view(messages: list[Message]) -> list[Row]:

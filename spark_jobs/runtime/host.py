@@ -185,9 +185,18 @@ class FragmentRuntime:
         spark.dataSource.register(SUnionDataSource)
         self._boundaries = _BoundaryPublisher()
         spark.streams.addListener(self._boundaries)
+        # A fragment whose checkpoint moved to another directory under the root (DPC adopts the
+        # directory of its redo copy), and the directories of running copies.
+        self._checkpoint_dirs: dict[str, Path] = {}
+        self._copy_dirs: dict[str, Path] = {}
 
     def checkpoint_dir(self, fragment: str) -> Path:
-        return self.checkpoint_root / fragment
+        return self._checkpoint_dirs.get(fragment, self.checkpoint_root / fragment)
+
+    def use_checkpoint_dir(self, fragment: str, directory: Path) -> None:
+        """Run ``fragment`` from ``directory`` from now on (a restarted DPC node that had
+        adopted a redo copy's directory before the restart)."""
+        self._checkpoint_dirs[fragment] = Path(directory)
 
     def is_running(self, fragment: str) -> bool:
         return fragment in self._running and self._running[fragment].query.isActive
@@ -225,6 +234,38 @@ class FragmentRuntime:
         ``sink`` replaces the plain SOutput (DPC passes its own, kept across restarts)."""
         if self.is_running(spec.name):
             raise RuntimeError(f"{spec.name} already runs on {self.name}")
+        return self._launch(
+            spec, spec.name, self.checkpoint_dir(spec.name), epoch, replay_from, sink
+        )
+
+    def start_copy(
+        self, spec: FragmentSpec, copy: str, checkpoint_dir: Path, *, epoch: int, sink: SOutput
+    ) -> StreamingQuery:
+        """A second query of ``spec`` beside the fragment's, known here as ``copy``, on its own
+        checkpoint directory under the root (DPC's redo). It reads as the same consumer, so the
+        producers' acknowledgements stay the fragment's."""
+        if self.is_running(copy):
+            raise RuntimeError(f"{copy} already runs on {self.name}")
+        self._copy_dirs[copy] = Path(checkpoint_dir)
+        return self._launch(spec, copy, Path(checkpoint_dir), epoch, None, sink)
+
+    def adopt(self, fragment: str, copy: str) -> None:
+        """The running copy becomes the fragment's query, its directory the fragment's
+        checkpoint (stop the fragment's own query first)."""
+        if fragment in self._running:
+            raise RuntimeError(f"stop {fragment} on {self.name} before adopting {copy}")
+        self._running[fragment] = self._running.pop(copy)
+        self._checkpoint_dirs[fragment] = self._copy_dirs.pop(copy)
+
+    def _launch(
+        self,
+        spec: FragmentSpec,
+        slot: str,
+        checkpoint_dir: Path,
+        epoch: int,
+        replay_from: int | None,
+        sink: SOutput | None,
+    ) -> StreamingQuery:
         inputs = [{"location": i.location, "stream": i.stream} for i in spec.inputs]
         reader = (
             self.spark.readStream.format(SUnionDataSource.name())
@@ -242,10 +283,10 @@ class FragmentRuntime:
             sink = SOutput(spec.output.location, spec.output.stream, epoch)
         query = (
             spec.build(reader.load())
-            .writeStream.queryName(f"{spec.name}@{self.name}")
+            .writeStream.queryName(f"{slot}@{self.name}")
             .outputMode("append")
             .foreachBatch(sink)
-            .option("checkpointLocation", str(self.checkpoint_dir(spec.name)))
+            .option("checkpointLocation", str(checkpoint_dir))
             .trigger(processingTime=f"{int(spec.trigger_seconds * 1000)} milliseconds")
             .start()
         )
@@ -256,12 +297,14 @@ class FragmentRuntime:
             spec.bucket_seconds,
         )
         self._boundaries.sinks[str(query.id)] = sink
-        self._running[spec.name] = _Running(spec, query, sink, epoch)
-        self._specs[spec.name] = spec
+        self._running[slot] = _Running(spec, query, sink, epoch)
+        if slot == spec.name:
+            self._specs[spec.name] = spec
         return query
 
     def stop(self, fragment: str) -> None:
         running = self._running.pop(fragment, None)
+        self._copy_dirs.pop(fragment, None)
         if running is not None:
             stop_after_commit(running.query)
             self._boundaries.outputs.pop(str(running.query.id), None)

@@ -26,7 +26,12 @@ is how the sink learns that a batch is tentative. Extra options: ``bucket_ms`` (
 in stime milliseconds), ``delay_strategy`` (``delay_each``/``delay_first``), and the clock: an
 injected one (``clock_location``/``clock_stream``: "now" in ms is that stream's boundary) or wall
 time shifted by ``clock_offset_ms`` (now = wall ms - offset). If the declared schema has a
-string column ``kind`` the source fills it with STABLE/TENTATIVE per row.
+string column ``kind`` the source fills it with STABLE/TENTATIVE per row. Reconciliation state
+that must survive a driver restart comes in two more options: ``first_tentative`` (a node that
+restarts in failure: the reader is in failure from that bucket, as if it had released it) and
+``ack_limit_file`` (a file holding a bucket number: while it exists, acknowledgements stop there,
+so the producers keep what a redo from the all-stable checkpoint reads again, whichever of the
+node's queries commits).
 """
 
 from __future__ import annotations
@@ -96,7 +101,10 @@ class SUnionReader(DataSourceStreamReader):
             raise ValueError("SUnion: clock_location and clock_stream go together")
         # First bucket this reader released tentatively: the reader is in failure from then on
         # (a new reader, after reconciliation restarts the query, starts stable again).
-        self._first_tentative: int | None = None
+        self._first_tentative: int | None = (
+            int(options["first_tentative"]) if "first_tentative" in options else None
+        )
+        self.ack_limit_file = options.get("ack_limit_file")
 
     def __getstate__(self) -> dict[str, Any]:
         # gRPC channels cannot be pickled; executors open their own in read().
@@ -254,8 +262,20 @@ class SUnionReader(DataSourceStreamReader):
         bucket = end["bucket"]
         if self._first_tentative is not None:
             bucket = min(bucket, self._first_tentative)
+        limit = self._ack_limit()
+        if limit is not None:
+            bucket = min(bucket, limit)
         for i in self.inputs:
             self._client(i["location"]).ack(i["stream"], self.consumer, bucket)
+
+    def _ack_limit(self) -> int | None:
+        if self.ack_limit_file is None:
+            return None
+        try:
+            with open(self.ack_limit_file) as file:
+                return int(file.read())
+        except FileNotFoundError:
+            return None
 
     def stop(self) -> None:
         for client in self._clients.values():

@@ -220,13 +220,30 @@ def test_withheld_input_goes_tentative_then_reconciles_to_the_reference(spark, s
         ), "no stable boundary may be promised past the tentative buckets"
         assert not node.poll(), "nothing to reconcile while B is still missing"
 
-        # Heal: B's missing buckets arrive from its log; reconcile by checkpoint/redo.
+        # Heal: B's missing buckets arrive from its log. Reconcile on a redo copy of the query,
+        # started from the all-stable checkpoint, while the serving query goes on.
         publish(b, "b", OTHER.seconds(WITHHELD_FROM, SECONDS), BUCKET)
-        assert node.poll()
-        assert node.state is NodeState.STABILIZATION
-        deadline = time.monotonic() + 40
+        serving = node.query()
+        assert node.poll(), "healed and permitted: the redo copy starts"
+        assert node.sink.redo is not None
+        assert serving.isActive, (
+            f"the serving query keeps running during the redo: {serving.exception()}"
+        )
+        sent_before = len(node.sink.messages)
+        deadline = time.monotonic() + 60
+        while node.sink.redo is not None and time.monotonic() < deadline:
+            assert len(node.sink.messages) == sent_before, "the redo sends nothing until the switch"
+            node.poll()
+            time.sleep(0.1)
+        assert node.sink.redo is None, "the redo must catch up with the serving query"
+        assert not serving.isActive, "the switch stops the serving query"
+        adopted = node.query()
+        assert adopted.id != serving.id
+        assert host.checkpoint_dir("ports") == tmp_path / "H" / "ports.redo-1"
+        assert not (tmp_path / "H" / "ports").exists(), "the diverged checkpoint is dropped"
         while node.state is not NodeState.STABLE and time.monotonic() < deadline:
-            node.query().processAllAvailable()
+            adopted.processAllAvailable()
+            node.poll()
             time.sleep(0.1)
         assert node.state is NodeState.STABLE
 
