@@ -279,13 +279,17 @@ def terminate(session: Session, principal: Principal, contract_id: int, version:
     return contract
 
 
+# Hosting a task and hosting a replica are both paid load: both count in balances and settle.
+PAYMENT_KINDS = ("accrual", "replica")
+
+
 def _settle(session: Session, contract: Contract) -> float:
     """Net the accrued payments between the two parties into one settlement entry."""
     a, b = contract.parties()
     owed_by_a = sum(
         e.amount if e.payer_id == a else -e.amount
         for e in repository.ledger(session, contract.id)
-        if e.kind == "accrual"
+        if e.kind in PAYMENT_KINDS
     )
     if owed_by_a == 0:
         return 0.0
@@ -368,7 +372,7 @@ def ledger(session: Session, principal: Principal, contract_id: int) -> LedgerRe
         balances[name] = 0.0
     total = 0.0
     for e in entries:
-        if e.kind == "accrual":
+        if e.kind in PAYMENT_KINDS:
             balances[names[e.payee_id]] += e.amount
             balances[names[e.payer_id]] -= e.amount
             total += e.amount

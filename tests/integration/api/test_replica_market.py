@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
 from sqlalchemy import select
 
 from app.db.session import unit_of_work
@@ -98,10 +99,15 @@ def test_a_replica_is_offered_accepted_moved_and_paid_like_load(api: Api, db_url
         replica = session.scalars(select(Replica)).one()
         assert replica.participant_id == people["C"]
     bc = api.get("B", f"/v1/contracts/{c['BC']['id']}/ledger").json()
-    # The contract's ledger lists the replica's payments (as kind "replica" entries).
+    # The contract's ledger lists the replica's payments and counts them as paid load.
     assert {(e["kind"], e["payer"], e["payee"], e["price"]) for e in bc["entries"]} == {
         ("replica", "B", "C", 0.35)
     }
+    assert bc["total_paid"] > 0 and abs(sum(bc["balances"].values())) < 1e-12
+    assert bc["balances"]["C"] == pytest.approx(bc["total_paid"])
+    terminated = api.post("B", f"/v1/contracts/{c['BC']['id']}/terminate", {"version": 2})
+    assert terminated.status_code == 200, terminated.text
+    assert terminated.json()["settled_amount"] >= bc["total_paid"]
 
 
 def test_an_offer_that_would_put_two_copies_on_one_participant_is_refused(
