@@ -153,3 +153,34 @@ def test_a_copy_arriving_meanwhile_makes_the_acceptance_fail_and_changes_nothing
     assert refused.status_code == 409, refused.text
     assert refused.json()["field"] == "replicas[0]"
     assert registry_snapshot(db_url) == before
+
+
+def test_moving_a_replica_back_unwinds_its_paid_hops(api: Api, db_url: str) -> None:
+    c = setup(api)
+
+    def move(src: str, dst: str, contract: int, price: float) -> None:
+        body = {"contract_id": contract, "replicas": ["q1"], "price": price}
+        offer = api.post(src, "/v1/offers", body)
+        assert offer.status_code == 201, offer.text
+        accepted = api.post(dst, f"/v1/offers/{offer.json()['id']}/accept", {"version": 1})
+        (mid,) = accepted.json()["movement_ids"]
+        epoch = next(m["epoch"] for m in api.get(dst, "/v1/movements").json() if m["id"] == mid)
+        done = api.post(dst, f"/v1/movements/{mid}/commit", {"epoch": epoch})
+        assert done.status_code == 200, done.text
+
+    move("B", "C", c["BC"]["id"], 0.35)
+    move("C", "B", c["BC"]["id"], 0.35)
+    (seen,) = api.get("admin", "/v1/replicas").json()
+    # Back where it was placed, on the placement's terms: the B-C hop is gone.
+    assert (seen["host"], seen["price"], seen["contract_id"]) == ("B", 0.5, c["AB"]["id"])
+    people = {p["name"]: p["id"] for p in api.get("admin", "/v1/participants").json()}
+    with unit_of_work(db_url) as session:
+        replica = session.scalars(select(Replica)).one()
+        assert replica.hops == [
+            {
+                "payer": people["A"],
+                "payee": people["B"],
+                "contract_id": c["AB"]["id"],
+                "price": 0.5,
+            }
+        ]
