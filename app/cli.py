@@ -161,6 +161,12 @@ def demo(
     quick: bool = typer.Option(
         False, "--quick", help="With --scenario: short timings (X = 2 s, 3.5 s failure)."
     ),
+    engine: str = typer.Option(
+        "python",
+        "--engine",
+        help="With --scenario crash: python (DPC node processes) or spark (the stateful "
+        "fragment as a Spark streaming query in its own process).",
+    ),
 ) -> None:
     """Run the Borealis load-management demo live: service, agents, Spark fragments, report.
 
@@ -171,7 +177,7 @@ def demo(
     a check fails.
     """
     if scenario is not None:
-        _run_scenario(scenario, report, quick)
+        _run_scenario(scenario, report, quick, engine)
         return
     if serve_only:
         console.print(f"admin UI: http://{host}:{port}/admin (key: FEDLOAD_ADMIN_KEY)")
@@ -198,15 +204,18 @@ def demo(
         raise typer.Exit(1)
 
 
-def _run_scenario(name: str, report: Path, quick: bool) -> None:
-    from spark_jobs.ha.scenarios import SCENARIOS, Timings, run
+def _run_scenario(name: str, report: Path, quick: bool, engine: str = "python") -> None:
+    from spark_jobs.ha.scenarios import ENGINES, SCENARIOS, Timings, run
 
     if name not in SCENARIOS:
         console.print(f"[red]--scenario: unknown {name!r}; choose one of {', '.join(SCENARIOS)}")
         raise typer.Exit(2)
+    if engine not in ENGINES or (engine == "spark" and name != "crash"):
+        console.print(f"[red]--engine: {engine!r} does not run {name!r} (spark runs crash only)")
+        raise typer.Exit(2)
     directory = report / name if report == Path("var/reports/demo") else report
     console.print(f"scenario {name}: starting nodes (reports in {directory})")
-    result = run(name, directory, Timings.quick() if quick else Timings())
+    result = run(name, directory, Timings.quick() if quick else Timings(), engine=engine)
     for check, passed in result["checks"].items():
         console.print(f"{'[green]pass[/]' if passed else '[red]FAIL[/]'} {check}")
     console.print(f"report: {directory / 'report.json'}")

@@ -44,6 +44,8 @@ from spark_jobs.runtime.coordinator import InMemoryCoordinator, MovementCoordina
 
 SCENARIOS = ("partition", "tentative", "crash")
 TECHNIQUES = ("upstream_backup", "passive_standby", "active_standby")
+# "spark": the crash scenario with the fragment as a Spark query (spark_jobs.ha.spark_crash).
+ENGINES = ("python", "spark")
 
 
 @dataclass(frozen=True)
@@ -562,12 +564,19 @@ def run(
     timings: Timings | None = None,
     *,
     techniques: Sequence[str] = TECHNIQUES,
+    engine: str = "python",
 ) -> dict[str, Any]:
     """Run a scenario, write ``report_dir/report.json``; the report's ``ok`` says all passed."""
     t = timings or Timings()
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
-    if name == "partition":
+    if engine not in ENGINES or (engine == "spark" and name != "crash"):
+        raise ValueError(f"engine {engine!r} does not run {name!r}; spark runs crash only")
+    if engine == "spark":
+        from spark_jobs.ha import spark_crash
+
+        report = spark_crash.run(report_dir, spark_crash.timings_like(t), tuple(techniques))
+    elif name == "partition":
         report = run_partition(t, report_dir / "nodes")
     elif name == "tentative":
         report = run_tentative(t, report_dir / "nodes")
@@ -593,4 +602,4 @@ def run(
     return report
 
 
-__all__ = ["SCENARIOS", "TECHNIQUES", "Timings", "reference", "replace", "run"]
+__all__ = ["ENGINES", "SCENARIOS", "TECHNIQUES", "Timings", "reference", "replace", "run"]

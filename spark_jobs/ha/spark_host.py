@@ -1,0 +1,353 @@
+"""The processes of the crash scenario on Spark: a producer, and a participant's Spark host.
+
+python -m spark_jobs.ha.spark_host source --ready FILE [--seed N --rate R]
+python -m spark_jobs.ha.spark_host host --name B --root DIR --ready FILE
+
+``source`` (producer A): a Flight stream log ``conns`` that a seeded connection generator fills
+one bucket per second as the wall clock passes the bucket's end; the log keeps every bucket
+until all its consumers acknowledged it (upstream backup's output queue).
+
+``host`` (B, B2): its own local SparkSession, a ``FragmentRuntime`` (Flight server: output logs,
+checkpoint inbox) and a control endpoint. What each failover technique needs of the primary:
+
+- upstream backup: beside Spark's own acknowledgements (at each committed batch) the host
+  acknowledges A's log as ``<fragment>.state`` only below the oldest window still open, i.e.
+  what its state no longer depends on; a new host rebuilding from empty state replays from
+  there, since Spark's acknowledgement alone would let A drop rows a half-built window needs;
+- passive standby: every N seconds, between two micro-batches, the whole checkpoint directory
+  is packed (a full pack, no delta: RocksDB's files are immutable, so a delta would be the new
+  .sst/.zip files only; not done) and pushed to the backup's Flight inbox, then A's log is
+  acknowledged as ``<fragment>.standby`` at that checkpoint's offset, so the backup can replay
+  from it;
+- active standby: the replica runs the same fragment into its own output stream and
+  acknowledges A under its own consumer name.
+``take_over`` runs the failover on the backup: ``relocate`` with ``NoCheckpoint`` or
+``AlreadyShipped`` against the registry (a ``RemoteCoordinator``), or, for an active replica,
+the registry's prepare/commit alone; then it fences the failed host's output stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from spark_jobs.generators import ConnectionGenerator, RateSchedule
+from spark_jobs.ha.spark_control import ActionServer, Handler, RemoteCoordinator, spec_of
+from spark_jobs.runtime.host import FragmentRuntime, StreamRef, pack_directory
+from spark_jobs.runtime.movement import AlreadyShipped, NoCheckpoint, relocate
+from spark_jobs.runtime.transport import StreamClient, StreamServer, publish
+
+BUCKET_S = 1.0
+INPUT_STREAM = "conns"
+# Inbox key of checkpoints pushed ahead of any movement: the newest push replaces the older.
+STANDBY_SHIPMENT = 0
+
+
+def generator(seed: int, rate: float) -> ConnectionGenerator:
+    return ConnectionGenerator(seed=seed, schedule=RateSchedule.constant(rate), scan_rate=4)
+
+
+def first_bucket(gen: ConnectionGenerator) -> int:
+    return int(gen.epoch.timestamp() // BUCKET_S)
+
+
+def output_rows(table: pa.Table) -> list[tuple[int, int, str, int]]:
+    """A fragment output log as sorted (window end us, window start us, src_ip, connections)."""
+    if table.num_rows == 0:
+        return []
+    ends = table.column("stime").cast(pa.int64()).to_pylist()
+    starts = table.column("window_start").cast(pa.int64()).to_pylist()
+    ips = table.column("src_ip").to_pylist()
+    counts = table.column("connections").to_pylist()
+    return sorted(zip(ends, starts, ips, counts, strict=True))
+
+
+def _write_ready(path: Path, info: dict[str, Any]) -> None:
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(info))
+    os.replace(partial, path)
+
+
+class Source:
+    """Producer A: publishes second s of the generator at wall time t0 + s + 1."""
+
+    def __init__(self, gen: ConnectionGenerator) -> None:
+        self.gen = gen
+        self.server = StreamServer()
+        self.server.log.declare(INPUT_STREAM, BUCKET_S)
+        self.published = 0
+        self.stopped = threading.Event()
+
+    def handlers(self) -> dict[str, Handler]:
+        return {
+            "ping": lambda: {"published": self.published},
+            "play": self.play,
+            "info": lambda: self.server.log.info(INPUT_STREAM),
+            "shutdown": self.stopped.set,
+        }
+
+    def play(self, t0: float, seconds: int) -> None:
+        threading.Thread(target=self._play, args=(t0, seconds), daemon=True).start()
+
+    def _play(self, t0: float, seconds: int) -> None:
+        with StreamClient(self.server.location) as client:
+            for second in range(seconds):
+                if self.stopped.wait(max(0.0, t0 + second + 1 - time.time())):
+                    return
+                publish(client, INPUT_STREAM, self.gen.second(second), BUCKET_S)
+                self.published = second + 1
+
+
+class SparkHost:
+    def __init__(self, name: str, root: Path) -> None:
+        from spark_jobs.session import build_session
+
+        self.name = name
+        self.root = root
+        # One core per host: B and B2 share the machine's two with the producer and driver.
+        self.spark = build_session(app_name=f"ha-{name}", master="local[1]", shuffle_partitions=2)
+        self.runtime = FragmentRuntime(name, self.spark, root / "checkpoints")
+        self.stopped = threading.Event()
+        self.errors: list[str] = []
+        self.shipments: list[dict[str, Any]] = []
+        self._references = 0
+
+    def handlers(self) -> dict[str, Handler]:
+        return {
+            "ping": lambda: {"name": self.name},
+            "start": self.start,
+            "status": self.status,
+            "take_over": self.take_over,
+            "reference": self.reference,
+            "stop": self.runtime.discard,
+            "shutdown": self.stopped.set,
+        }
+
+    def start(
+        self,
+        plan: dict[str, Any],
+        epoch: int,
+        replay_from: int,
+        technique: str = "none",
+        backup: str | None = None,
+        ship_every_s: float = 1.0,
+    ) -> None:
+        spec = spec_of(plan)
+        source = spec.inputs[0]
+        if technique == "upstream_backup":
+            # Registered before the first batch, so A keeps everything until the first ack.
+            self._ack(source, f"{spec.name}.state", replay_from)
+        elif technique == "passive_standby":
+            if backup is None:
+                raise ValueError("passive standby needs the backup's location")
+            self._ack(source, f"{spec.name}.standby", replay_from)
+        self.runtime.start(spec, epoch=epoch, replay_from=replay_from)
+        if technique == "upstream_backup":
+            self._loop(0.2, self._retain, spec.name, source, int(plan["window_s"]))
+        elif technique == "passive_standby" and backup is not None:
+            self._loop(ship_every_s, self._ship, spec.name, source, backup)
+
+    def _ack(self, source: StreamRef, consumer: str, bucket: int) -> None:
+        with StreamClient(source.location) as client:
+            client.ack(source.stream, consumer, bucket)
+
+    def _loop(self, every_s: float, step: Any, *args: Any) -> None:
+        def run() -> None:
+            while not self.stopped.wait(every_s):
+                try:
+                    step(*args)
+                except Exception as error:  # keep going; the report shows what failed
+                    self.errors.append(f"{step.__name__}: {type(error).__name__}: {error}")
+
+        threading.Thread(target=run, daemon=True).start()
+
+    def _retain(self, fragment: str, source: StreamRef, window_s: int) -> None:
+        progress: dict[str, Any] = self.runtime.query(fragment).lastProgress or {}
+        watermark = progress.get("eventTime", {}).get("watermark")
+        if watermark is None:
+            return
+        seconds = datetime.fromisoformat(watermark.replace("Z", "+00:00")).timestamp()
+        # Windows ending at or below the watermark were emitted; the oldest open one starts at
+        # floor(wm / W) * W. One window more is kept: the watermark a progress report names may
+        # trail the one the state was evicted with, and re-emitting a window costs only a
+        # duplicate the consumer drops by key.
+        open_from = (seconds // window_s) * window_s - window_s
+        if open_from > 0:
+            self._ack(source, f"{fragment}.state", int(open_from // BUCKET_S))
+
+    def _ship(self, fragment: str, source: StreamRef, backup: str) -> None:
+        query = self.runtime.query(fragment)
+        directory = self.runtime.checkpoint_dir(fragment)
+        if query.lastProgress is None:
+            return  # no batch committed yet: nothing to ship
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            # Between micro-batches nothing writes the checkpoint; a batch that starts while
+            # packing shows up as a new progress report or an active trigger: pack again.
+            if query.status["isTriggerActive"]:
+                time.sleep(0.02)
+                continue
+            before = query.lastProgress
+            try:
+                packed = pack_directory(directory)
+            except OSError:  # a file removed by the state store's maintenance meanwhile
+                continue
+            after = query.lastProgress
+            if query.status["isTriggerActive"] or after["timestamp"] != before["timestamp"]:
+                continue
+            offset = json.loads(before["sources"][0]["endOffset"])["bucket"]
+            began = time.time()
+            with StreamClient(backup) as client:
+                client.ship_checkpoint(fragment, STANDBY_SHIPMENT, packed)
+            self._ack(source, f"{fragment}.standby", int(offset))
+            self.shipments.append(
+                {
+                    "at": began,
+                    "bytes": len(packed.data),
+                    "batch": int(before["batchId"]),
+                    "offset": int(offset),
+                    "ship_s": round(time.time() - began, 4),
+                }
+            )
+            return
+        raise TimeoutError("no quiet moment between micro-batches to pack the checkpoint")
+
+    def status(self, fragment: str) -> dict[str, Any]:
+        running = self.runtime.is_running(fragment)
+        sink = self.runtime.sink(fragment) if running else None
+        return {
+            "running": running,
+            "errors": list(self.errors),
+            "shipments": list(self.shipments),
+            "written": sink.written if sink else None,
+            "skipped": sink.skipped if sink else None,
+        }
+
+    def take_over(
+        self,
+        plan: dict[str, Any],
+        technique: str,
+        source: str,
+        registry: str,
+        replay_from: int | None = None,
+        old_output: list[str] | None = None,
+    ) -> dict[str, Any]:
+        spec = spec_of(plan)
+        coordinator = RemoteCoordinator(registry)
+        began = time.perf_counter()
+        result: dict[str, Any] = {"checkpoint_bytes": 0}
+        if technique == "active_standby":
+            # The replica already runs: the failover is the registry's two phases alone.
+            move = coordinator.prepare(spec.name, source, self.name, "failover")
+            result["timings"] = {"prepared": time.perf_counter() - began}
+            epoch = coordinator.commit(move.movement_id)
+            result["timings"]["committed"] = time.perf_counter() - began
+            result["movement_id"] = move.movement_id
+        else:
+            checkpoint = (
+                AlreadyShipped(source, STANDBY_SHIPMENT)
+                if technique == "passive_standby"
+                else NoCheckpoint(source)
+            )
+            relocation = relocate(
+                spec,
+                checkpoint,
+                self.runtime,
+                replay_from,
+                coordinator=coordinator,
+                reason="failover",
+            )
+            epoch = relocation.epoch
+            result.update(
+                movement_id=relocation.movement_id,
+                timings=relocation.timings,
+                warnings=relocation.warnings,
+            )
+            if technique == "passive_standby":
+                restored = self.runtime.checkpoint_dir(spec.name).rglob("*")
+                result["checkpoint_bytes"] = sum(p.stat().st_size for p in restored if p.is_file())
+        if old_output is not None:
+            # The failed host's stream: from now on it refuses the old epoch's writes.
+            with StreamClient(old_output[0]) as client:
+                client.fence(old_output[1], epoch)
+        result["epoch"] = epoch
+        return result
+
+    def reference(self, plan: dict[str, Any], seed: int, rate: float, seconds: int) -> list[Any]:
+        """The failure-free output: the same input, published whole, through the same fragment
+        on this host's Spark, read until no batch is left."""
+        gen = generator(seed, rate)
+        server = StreamServer()
+        self._references += 1
+        name = f"reference-{self._references}"
+        try:
+            server.log.declare(INPUT_STREAM, BUCKET_S)
+            server.log.declare("out", BUCKET_S)
+            with StreamClient(server.location) as client:
+                publish(client, INPUT_STREAM, gen.seconds(0, seconds), BUCKET_S)
+            spec = spec_of(
+                {
+                    **plan,
+                    "name": name,
+                    "consumer": None,
+                    # One batch for all the input: the output is the same (SUnion releases
+                    # buckets in stime order, so no row is late), and it is quicker.
+                    "max_buckets": 0,
+                    "input": [server.location, INPUT_STREAM],
+                    "output": [server.location, "out"],
+                }
+            )
+            self.runtime.start(spec, epoch=0, replay_from=first_bucket(gen)).processAllAvailable()
+            self.runtime.discard(name)
+            return [list(row) for row in output_rows(server.log.table("out"))]
+        finally:
+            server.shutdown()
+
+    def close(self) -> None:
+        self.runtime.close()
+        self.spark.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("role", choices=("source", "host"))
+    parser.add_argument("--ready", type=Path, required=True)
+    parser.add_argument("--name", default="A")
+    parser.add_argument("--root", type=Path, default=None)
+    parser.add_argument("--seed", type=int, default=31)
+    parser.add_argument("--rate", type=float, default=40.0)
+    args = parser.parse_args(argv)
+    worker: Source | SparkHost
+    if args.role == "source":
+        worker = Source(generator(args.seed, args.rate))
+        location = worker.server.location
+    else:
+        worker = SparkHost(args.name, args.root or Path(f"/tmp/spark-host-{args.name}"))
+        location = worker.runtime.location
+    control = ActionServer(worker.handlers())
+    signal.signal(signal.SIGTERM, lambda *_: worker.stopped.set())
+    _write_ready(
+        args.ready, {"pid": os.getpid(), "location": location, "control": control.location}
+    )
+    worker.stopped.wait()
+    # Answer the shutdown call before the server goes.
+    time.sleep(0.1)
+    control.shutdown()
+    if isinstance(worker, SparkHost):
+        worker.close()
+    else:
+        worker.server.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
