@@ -292,25 +292,26 @@ def _detect(control: str, t: SparkCrashTimings) -> float:
     return time.time()
 
 
-def _latencies(consumer: Consumer, t0: float, epoch_s: float, fail_at_s: float) -> dict[str, Any]:
+def _latencies(consumer: Consumer, t0: float, epoch_s: float, killed: float | None) -> Any:
+    """Latency of a window: its first delivery at C minus its close on the clock. Baseline: the
+    median of those delivered before the kill (all, without one); added: the worst one above."""
     values = []
     for key, seen in consumer.first_seen.items():
         closes = key[0] / 1e6 - epoch_s
-        values.append((closes, seen - (t0 + closes)))
+        values.append((closes, seen - (t0 + closes), killed is None or seen < killed))
     if not values:
         return {"baseline_latency_ms": None, "max_latency_ms": None, "max_added_latency_ms": None}
-    values.sort()
-    before = [lat for closes, lat in values if closes < fail_at_s]
+    before = [lat for _, lat, early in values if early]
     baseline = statistics.median(before) if before else 0.0
-    worst = max(lat for _, lat in values)
+    worst = max(lat for _, lat, _ in values)
     return {
         "baseline_latency_ms": round(baseline * 1000, 1),
         "max_latency_ms": round(worst * 1000, 1),
         "max_added_latency_ms": round((worst - baseline) * 1000, 1),
         # Per window close (s into the input): the worst first-delivery latency, for diagnosis.
         "latency_by_window_ms": {
-            f"{closes:g}": round(max(lat for c, lat in values if c == closes) * 1000)
-            for closes in sorted({c for c, _ in values})
+            f"{closes:g}": round(max(lat for c, lat, _ in values if c == closes) * 1000)
+            for closes in sorted({c for c, _, _ in values})
         },
     }
 
@@ -433,6 +434,7 @@ def run_technique(
             "total_cpu_seconds": round(sum(cpu.values()), 3),
         }
         checks: dict[str, bool] = {}
+        killed: float | None = None
         if fail:
             assert b2 is not None
 
@@ -451,9 +453,10 @@ def run_technique(
             _wait(under_way, t.seconds + 60, "B to be under way before the crash")
             b_status = b.call("status", fragment=FRAGMENT, timeout=5)
             report["delivered_before_kill"] = len(consumer.delivered)
-            frontier_at_kill = consumer.frontier
             procs.kill("B")
             killed = time.time()
+            # Read after the kill: B's last batches up to its death count as before.
+            frontier_at_kill = consumer.frontier
             detected = _detect(info["B"]["control"], t)
             replay_from = None
             if technique == "upstream_backup":
@@ -471,7 +474,9 @@ def run_technique(
             consumer.switch("out@B2")
             taken = time.time()
             _wait(lambda: consumer.frontier > frontier_at_kill, 60, "C's input to advance")
-            recovered = next(at for at, f in consumer.frontier_log if f > frontier_at_kill)
+            recovered = next(
+                at for at, f in consumer.frontier_log if f > frontier_at_kill and at >= killed
+            )
             shipments = b_status["shipments"]
             report.update(
                 {
@@ -511,7 +516,7 @@ def run_technique(
                 "resynced_duplicates_dropped": len(consumer.resynced),
                 "log_duplicates": consumer.log_duplicates,
                 "consumer_errors": consumer.errors,
-                **_latencies(consumer, t0, epoch_s, t.fail_at_s),
+                **_latencies(consumer, t0, epoch_s, killed),
             }
         )
         if reference is not None:
