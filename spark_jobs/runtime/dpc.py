@@ -589,6 +589,9 @@ class DPCFragment:
                 **spec.options,
                 **settings.source_options(spec.bucket_seconds),
                 "ack_limit_file": str(self.store.ack_limit_path),
+                # The redo runs on a copy and the serving query goes on: new buckets are not held
+                # for it (that would add the budget to their latency), they go out at once.
+                "hold_healed": "false",
             },
         )
         self.epoch = epoch

@@ -31,7 +31,9 @@ that must survive a driver restart comes in two more options: ``first_tentative`
 restarts in failure: the reader is in failure from that bucket, as if it had released it) and
 ``ack_limit_file`` (a file holding a bucket number: while it exists, acknowledgements stop there,
 so the producers keep what a redo from the all-stable checkpoint reads again, whichever of the
-node's queries commits).
+node's queries commits). ``hold_healed=false`` turns off the hold of now-stable buckets in
+failure: a node that redoes on a copy of its query keeps serving, and holding would add the
+budget to every new bucket.
 """
 
 from __future__ import annotations
@@ -105,6 +107,7 @@ class SUnionReader(DataSourceStreamReader):
             int(options["first_tentative"]) if "first_tentative" in options else None
         )
         self.ack_limit_file = options.get("ack_limit_file")
+        self.hold_healed = options.get("hold_healed", "true") == "true"
 
     def __getstate__(self) -> dict[str, Any]:
         # gRPC channels cannot be pickled; executors open their own in read().
@@ -156,7 +159,11 @@ class SUnionReader(DataSourceStreamReader):
         limit = begin + self.max_buckets if self.max_buckets is not None else None
         tentative_from: int | None = None
         while limit is None or rules.next_bucket < limit:
-            if self._healed(rules) and now < rules.due_at(rules.next_bucket) + self.delay_budget_ms:
+            if (
+                self.hold_healed
+                and self._healed(rules)
+                and now < rules.due_at(rules.next_bucket) + self.delay_budget_ms
+            ):
                 # Healed while in failure: reconciliation will redo these buckets stably, so
                 # processing them now would only add tentative rows to correct (DPCNode does the
                 # same). A bucket whose deadline passes before the redo still goes, tentatively.
