@@ -15,12 +15,27 @@ query (Borealis SIGMOD 2005, sections 4-5):
   previous, all-stable batch, plus the tentative batch's offset entry, which a restore deletes.
   From then on every output row is TENTATIVE (the state has diverged) until reconciliation.
 - ``DPCFragment.poll`` notices the heal (every bucket released since the checkpoint now has all
-  its boundaries), asks for the reconciliation permit, stops the query, unpacks the checkpoint
-  over the fragment's checkpoint directory and starts the query again: Spark resumes from the
-  last stable offset and re-reads the now-stable buckets from the producers' logs (which kept
-  them: the source acknowledges nothing at or after the first tentative bucket). The sink sends
-  UNDO first, drops regenerated rows already sent stably, and sends REC_DONE once the redo has
-  passed the last bucket processed tentatively.
+  its boundaries) and asks for the reconciliation permit. It does not stop the serving query:
+  Borealis keeps output flowing during reconciliation by letting another copy serve, and here
+  the other copy is a second streaming query in the same session. The packed checkpoint is
+  unpacked into a new directory (``<name>.redo-<n>``, batches from the first tentative one
+  forgotten, a fresh query id), and the redo copy starts there: Spark resumes from the last
+  stable offset and re-reads the now-stable buckets from the producers' logs (which kept them:
+  no query of the node acknowledges at or past the first tentative bucket, see
+  ``ack_limit_file``). Meanwhile the serving query goes on, its output TENTATIVE, sent within
+  the budget. The redo's sink holds its batches back.
+- Once the redo has processed what the serving query has, ``poll`` switches: it stops the
+  serving query, then, under the output's lock, sends UNDO, the held corrections (dropping rows
+  already sent stably), and from then on the redo copy is the fragment's query
+  (``FragmentRuntime.adopt``: its directory becomes the fragment's checkpoint) and its output is
+  stable; REC_DONE follows once it has passed the last bucket processed tentatively. A redo that
+  meets tentative input itself (a new failure) is dropped and tried again after the next heal.
+- The reconciliation state (the all-stable checkpoint, SOutput's dedup state, the sequence
+  number, the node state, which directory is the fragment's) is written atomically under
+  ``<root>/<name>.dpc`` after every batch (``DPCStore``). A new ``DPCFragment`` for the same
+  fragment and root resumes it, so a driver that dies during UP_FAILURE still reconciles from the
+  right checkpoint and drops duplicates. Messages on the wire are keyed by sequence number, so a
+  batch the dead driver sent but did not record is kept once.
 
 Where output goes: STABLE rows to the fragment's output stream (the schema downstream SUnions
 read, so only stable rows and only stable boundaries), and every message in order, tentative rows
