@@ -9,10 +9,13 @@ sees no rows and no BOUNDARY) for ``failure`` seconds, then sends them all. The 
 (``spark_jobs/runtime/dpc.py``) with X = 3 s; a poller reconciles after the heal. Per run:
 
 - ``tentative_tuples``, ``corrections``, ``undos``;
-- ``max_latency_s`` of an output row: when it was first sent (stable or tentative) minus when
-  its window closed on the clock, over the whole run, and ``baseline_latency_s``, the median of
-  the same before the failure; ``max_added_latency_s`` is their difference (the paper's measure:
-  it should stay within X whenever input is available);
+- ``max_added_latency_s``, the paper's measure ("new tuples processed within X", whenever
+  input is available): for each input bucket, when the first batch that processed it (tentative
+  or stable) was sent, minus when the bucket ended on the clock; the maximum over the run minus
+  ``baseline_latency_s``, the median of the same before the failure;
+- ``max_added_row_latency_s``: the same per output row (first sent minus its window's end),
+  which also counts corrections: a corrected row is a new row, first sent at the switch, so this
+  one grows with the failure's length by construction;
 - ``reconciliation_s``: from the heal being noticed to REC_DONE: a redo copy of the query runs
   from the all-stable checkpoint while the serving one goes on, then the switch (UNDO and the
   held corrections) and the redo past the last tentative bucket; ``redo_catch_up_s`` is the part
@@ -175,14 +178,29 @@ def run(
             time.sleep(0.1)
         node.query().processAllAvailable()
         messages = node.sink.messages
+        offset_s = settings.clock_offset_ms / 1000
+        start_bucket = round(epoch_ms / 1000 / BUCKET)
+        first_bucket_sent: dict[int, float] = {}
+        low = start_bucket
+        for record in sorted(node.sink.batches, key=lambda r: r.sent_at):
+            if record.end_bucket is None:
+                continue
+            for bucket in range(low, record.end_bucket):
+                first_bucket_sent.setdefault(bucket, record.sent_at)
+            low = max(low, record.end_bucket)
+        # A bucket ends on the clock at stime (bucket + 1) * BUCKET, i.e. wall time + offset.
+        processing = {
+            b: sent - ((b + 1) * BUCKET + offset_s) for b, sent in first_bucket_sent.items()
+        }
+        steady = [v for b, v in processing.items() if b - start_bucket < fail_at]
+        baseline = statistics.median(steady) if steady else 0.0
         first_sent: dict[tuple[int, str], float] = {}
         for sent, message in messages:
             if message.row is not None:
                 first_sent.setdefault(message.row.key, sent)
-        offset_s = settings.clock_offset_ms / 1000
         latency = {key: sent - (key[0] / 1000 + offset_s) for key, sent in first_sent.items()}
         before = [v for k, v in latency.items() if k[0] / 1000 - epoch_ms / 1000 <= fail_at]
-        baseline = statistics.median(before) if before else 0.0
+        row_baseline = statistics.median(before) if before else 0.0
         got = _rows(home, "out")
         rec_done = [sent for sent, m in messages if m.kind is Kind.REC_DONE]
         return {
@@ -194,8 +212,14 @@ def run(
             "undos": node.sink.rules.undos_sent,
             "tentative_batches": node.sink.tentative_batches,
             "baseline_latency_s": round(baseline, 3),
-            "max_latency_s": round(max(latency.values()), 3) if latency else None,
-            "max_added_latency_s": round(max(latency.values()) - baseline, 3) if latency else None,
+            "max_latency_s": round(max(processing.values()), 3) if processing else None,
+            "max_added_latency_s": (
+                round(max(processing.values()) - baseline, 3) if processing else None
+            ),
+            "baseline_row_latency_s": round(row_baseline, 3),
+            "max_added_row_latency_s": (
+                round(max(latency.values()) - row_baseline, 3) if latency else None
+            ),
             "reconciliation_s": (
                 round(rec_done[-1] - healed_at, 3) if rec_done and healed_at else None
             ),
