@@ -435,6 +435,7 @@ def run_technique(
         }
         checks: dict[str, bool] = {}
         killed: float | None = None
+        cpu_dead: dict[str, float] = {}
         if fail:
             assert b2 is not None
 
@@ -453,6 +454,7 @@ def run_technique(
             _wait(under_way, t.seconds + 60, "B to be under way before the crash")
             b_status = b.call("status", fragment=FRAGMENT, timeout=5)
             report["delivered_before_kill"] = len(consumer.delivered)
+            cpu_dead = {"B": procs.cpu_seconds("B")}
             procs.kill("B")
             killed = time.time()
             # Read after the kill: B's last batches up to its death count as before.
@@ -507,6 +509,16 @@ def run_technique(
 
         _wait(complete, t.settle_timeout_s, "the consumer's stream to pass the end of input")
         time.sleep(0.5)
+        # The work of the whole input, recovery included: on a busy machine a starved process
+        # uses less CPU in a fixed window because it does less, so this is the fairer cost.
+        cpu_run = {
+            name: (cpu_dead[name] if name in cpu_dead else procs.cpu_seconds(name))
+            - cpu_start[name]
+            for name in procs.procs
+        }
+        report["cpu_seconds_whole_run"] = {k: round(v, 3) for k, v in cpu_run.items()}
+        report["total_cpu_seconds_whole_run"] = round(sum(cpu_run.values()), 3)
+        report["run_s"] = round(time.time() - t0, 2)
         consumer.stop()
         output = consumer.output()
         report.update(
