@@ -534,9 +534,13 @@ class DPCOutput(SOutput):
                     )
                     self._stable(client, pending)
             self.checkpoint = None
+            # Recorded before the acknowledgements may pass the old first tentative bucket: a
+            # restart must not find the producers trimmed while it still believes it is in
+            # failure. (A driver dying between the UNDO and this line still resends after its
+            # restart: the switch is not atomic with respect to a crash.)
+            self._persist()
             if self.store is not None:
                 self.store.limit_acks(None)
-            self._persist()
 
     def begin_reconciliation(self) -> None:
         """Kept for callers of the stop/restore/restart path: UNDO now, the redo follows."""
