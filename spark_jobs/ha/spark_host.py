@@ -152,7 +152,9 @@ class SparkHost:
             self._ack(source, f"{spec.name}.standby", replay_from)
         self.runtime.start(spec, epoch=epoch, replay_from=replay_from)
         if technique == "upstream_backup":
-            self._loop(0.2, self._retain, spec.name, source, int(plan["window_s"]))
+            # Each look at the query's progress is a py4j round trip costing JVM CPU: once a
+            # second is enough for acknowledgements at window granularity.
+            self._loop(1.0, self._retain, spec.name, source, int(plan["window_s"]))
         elif technique == "passive_standby" and backup is not None:
             self._loop(ship_every_s, self._ship, spec.name, source, backup)
 
@@ -194,7 +196,7 @@ class SparkHost:
             # Between micro-batches nothing writes the checkpoint; a batch that starts while
             # packing shows up as a new progress report or an active trigger: pack again.
             if query.status["isTriggerActive"]:
-                time.sleep(0.02)
+                time.sleep(0.1)
                 continue
             before = query.lastProgress
             try:
