@@ -79,7 +79,7 @@ class SparkCrashTimings:
 
     @classmethod
     def quick(cls) -> SparkCrashTimings:
-        return cls(seconds=10, fail_at_s=5.0)
+        return cls(seconds=12, fail_at_s=5.0)
 
 
 def timings_like(t: Any) -> SparkCrashTimings:
@@ -185,6 +185,9 @@ class Consumer:
         self.first_seen: dict[tuple[int, str], float] = {}
         self.frontier = -1
         self.frontier_log: list[tuple[float, int]] = []
+        # Each stream's boundary as C saw it change: when the new host caught up.
+        self.boundaries: dict[str, int] = {}
+        self.stream_log: list[tuple[float, str, int]] = []
         self.log_duplicates: dict[str, int] = {}
         self.conflicts: set[tuple[int, str]] = set()
         self.resynced: set[tuple[int, str]] = set()
@@ -236,6 +239,9 @@ class Consumer:
             if boundary is not None and boundary > self.frontier:
                 self.frontier = boundary
                 self.frontier_log.append((now, boundary))
+            if boundary is not None and self.boundaries.get(stream) != boundary:
+                self.boundaries[stream] = boundary
+                self.stream_log.append((now, stream, boundary))
 
     def output(self) -> list[Row]:
         with self._lock:
@@ -475,10 +481,22 @@ def run_technique(
             )
             consumer.switch("out@B2")
             taken = time.time()
-            _wait(lambda: consumer.frontier > frontier_at_kill, 60, "C's input to advance")
-            recovered = next(
-                at for at, f in consumer.frontier_log if f > frontier_at_kill and at >= killed
-            )
+            # Past where C was at the kill, or, if B had already passed the end of the input,
+            # the end again (then nothing can be past it).
+            target = min(frontier_at_kill + 1, first + t.seconds - 1)
+
+            def caught_up() -> float | None:
+                return next(
+                    (
+                        at
+                        for at, stream, boundary in list(consumer.stream_log)
+                        if stream == "out@B2" and boundary >= target and at >= killed
+                    ),
+                    None,
+                )
+
+            _wait(lambda: caught_up() is not None, t.settle_timeout_s, "C's input to advance")
+            recovered = caught_up() or time.time()
             shipments = b_status["shipments"]
             report.update(
                 {
