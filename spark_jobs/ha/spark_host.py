@@ -14,9 +14,10 @@ checkpoint inbox) and a control endpoint. What each failover technique needs of 
   acknowledges A's log as ``<fragment>.state`` only below the oldest window still open, i.e.
   what its state no longer depends on; a new host rebuilding from empty state replays from
   there, since Spark's acknowledgement alone would let A drop rows a half-built window needs;
-- passive standby: every N seconds, between two micro-batches, the whole checkpoint directory
-  is packed (a full pack, no delta: RocksDB's files are immutable, so a delta would be the new
-  .sst/.zip files only; not done) and pushed to the backup's Flight inbox, then A's log is
+- passive standby: every N seconds, preferably between two micro-batches, the whole checkpoint
+  directory is packed (a full pack, no delta: RocksDB's files are immutable, so a delta would
+  be the new .sst/.zip files only; not done) and pushed to the backup's Flight inbox, then A's
+  log is
   acknowledged as ``<fragment>.standby`` at that checkpoint's offset, so the backup can replay
   from it;
 - active standby: the replica runs the same fragment into its own output stream and
@@ -188,40 +189,40 @@ class SparkHost:
 
     def _ship(self, fragment: str, source: StreamRef, backup: str) -> None:
         query = self.runtime.query(fragment)
-        directory = self.runtime.checkpoint_dir(fragment)
-        if query.lastProgress is None:
+        before = query.lastProgress
+        if before is None:
             return  # no batch committed yet: nothing to ship
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            # Between micro-batches nothing writes the checkpoint; a batch that starts while
-            # packing shows up as a new progress report or an active trigger: pack again.
-            if query.status["isTriggerActive"]:
-                time.sleep(0.1)
-                continue
-            before = query.lastProgress
+        # Between micro-batches is the quiet moment, but on a busy machine batches run back to
+        # back, so pack anyway after a short wait. A live pack is consistent: Spark writes
+        # every checkpoint file by atomic rename, and tarfile lists directories sorted, so
+        # commits/ is read before state/: each committed batch in the pack has its state files,
+        # and offsets logged without a commit are simply re-run by the backup. The offset of
+        # ``before`` (committed before packing began) is at or below where the backup resumes.
+        deadline = time.monotonic() + 0.5
+        while query.status["isTriggerActive"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        directory = self.runtime.checkpoint_dir(fragment)
+        for attempt in range(3):
             try:
                 packed = pack_directory(directory)
+                break
             except OSError:  # a file removed by the state store's maintenance meanwhile
-                continue
-            after = query.lastProgress
-            if query.status["isTriggerActive"] or after["timestamp"] != before["timestamp"]:
-                continue
-            offset = json.loads(before["sources"][0]["endOffset"])["bucket"]
-            began = time.time()
-            with StreamClient(backup) as client:
-                client.ship_checkpoint(fragment, STANDBY_SHIPMENT, packed)
-            self._ack(source, f"{fragment}.standby", int(offset))
-            self.shipments.append(
-                {
-                    "at": began,
-                    "bytes": len(packed.data),
-                    "batch": int(before["batchId"]),
-                    "offset": int(offset),
-                    "ship_s": round(time.time() - began, 4),
-                }
-            )
-            return
-        raise TimeoutError("no quiet moment between micro-batches to pack the checkpoint")
+                if attempt == 2:
+                    raise
+        offset = json.loads(before["sources"][0]["endOffset"])["bucket"]
+        began = time.time()
+        with StreamClient(backup) as client:
+            client.ship_checkpoint(fragment, STANDBY_SHIPMENT, packed)
+        self._ack(source, f"{fragment}.standby", int(offset))
+        self.shipments.append(
+            {
+                "at": began,
+                "bytes": len(packed.data),
+                "batch": int(before["batchId"]),
+                "offset": int(offset),
+                "ship_s": round(time.time() - began, 4),
+            }
+        )
 
     def status(self, fragment: str) -> dict[str, Any]:
         running = self.runtime.is_running(fragment)
