@@ -17,9 +17,8 @@ checkpoint inbox) and a control endpoint. What each failover technique needs of 
 - passive standby: every N seconds, preferably between two micro-batches, the whole checkpoint
   directory is packed (a full pack, no delta: RocksDB's files are immutable, so a delta would
   be the new .sst/.zip files only; not done) and pushed to the backup's Flight inbox, then A's
-  log is
-  acknowledged as ``<fragment>.standby`` at that checkpoint's offset, so the backup can replay
-  from it;
+  log is acknowledged as ``<fragment>.standby`` at that checkpoint's offset, so the backup can
+  replay from it;
 - active standby: the replica runs the same fragment into its own output stream and
   acknowledges A under its own consumer name.
 ``take_over`` runs the failover on the backup: ``relocate`` with ``NoCheckpoint`` or
