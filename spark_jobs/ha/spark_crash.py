@@ -248,7 +248,9 @@ class Consumer:
             return sorted(self.delivered.values())
 
 
-def _plan(t: SparkCrashTimings, source: str, output: list[str], consumer: str | None) -> Any:
+def fragment_plan(
+    t: SparkCrashTimings, source: str, output: list[str], consumer: str | None
+) -> Any:
     return {
         "name": FRAGMENT,
         "input": [source, INPUT_STREAM],
@@ -262,7 +264,7 @@ def _plan(t: SparkCrashTimings, source: str, output: list[str], consumer: str | 
     }
 
 
-def _wait(done: Any, timeout: float, what: str) -> None:
+def wait_until(done: Any, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not done():
         if time.monotonic() > deadline:
@@ -298,11 +300,13 @@ def _detect(control: str, t: SparkCrashTimings) -> float:
     return time.time()
 
 
-def _latencies(consumer: Consumer, t0: float, epoch_s: float, killed: float | None) -> Any:
+def latencies(
+    first_seen: dict[tuple[int, str], float], t0: float, epoch_s: float, killed: float | None
+) -> Any:
     """Latency of a window: its first delivery at C minus its close on the clock. Baseline: the
     median of those delivered before the kill (all, without one); added: the worst one above."""
     values = []
-    for key, seen in consumer.first_seen.items():
+    for key, seen in first_seen.items():
         closes = key[0] / 1e6 - epoch_s
         values.append((closes, seen - (t0 + closes), killed is None or seen < killed))
     if not values:
@@ -326,7 +330,10 @@ class Stage:
     """The processes of one technique's run, spawned ahead so that JVMs boot in parallel; B2
     computes the failure-free reference meanwhile (which also warms its JVM up)."""
 
-    def __init__(self, t: SparkCrashTimings, workdir: Path, technique: str) -> None:
+    def __init__(
+        self, t: SparkCrashTimings, workdir: Path, technique: str, backup: str = "B2"
+    ) -> None:
+        """``backup``: the second host's name (the partition scenario calls its replica R)."""
         if technique not in ("none", *TECHNIQUES):
             raise ValueError(f"technique must be none or one of {TECHNIQUES}, got {technique!r}")
         self.t = t
@@ -334,7 +341,8 @@ class Stage:
         self.procs = Processes(workdir)
         self.spawned_at = time.time()
         self.procs.spawn("A", "source", "--seed", str(t.seed), "--rate", str(t.rate))
-        self.hosts = ["B"] if technique == "none" else ["B", "B2"]
+        self.backup = backup
+        self.hosts = ["B"] if technique == "none" else ["B", backup]
         for name in self.hosts:
             self.procs.spawn(name, "host", "--name", name, "--root", str(workdir / name))
         self.info: dict[str, dict[str, Any]] = {}
@@ -353,8 +361,8 @@ class Stage:
             # which is the reference. Both at once.
             warm_up = threading.Thread(target=self._reference, args=("B", 4), daemon=True)
             warm_up.start()
-            if "B2" in self.info:
-                answer = self._reference("B2", self.t.seconds)
+            if self.backup in self.info:
+                answer = self._reference(self.backup, self.t.seconds)
                 self.reference = [(int(r[0]), int(r[1]), str(r[2]), int(r[3])) for r in answer]
             warm_up.join()
         except BaseException as error:
@@ -363,7 +371,7 @@ class Stage:
     def _reference(self, host: str, seconds: int) -> list[Any]:
         began = time.time()
         with ActionClient(self.info[host]["control"]) as client:
-            plan = _plan(self.t, self.info["A"]["location"], ["", "out"], None)
+            plan = fragment_plan(self.t, self.info["A"]["location"], ["", "out"], None)
             answer: list[Any] = client.call(
                 "reference", plan=plan, seed=self.t.seed, rate=self.t.rate, seconds=seconds
             )
@@ -411,14 +419,14 @@ def run_technique(
         b2 = ActionClient(info["B2"]["control"]) if "B2" in info else None
         b.call(
             "start",
-            plan=_plan(t, source, [c, "out@B"], None),
+            plan=fragment_plan(t, source, [c, "out@B"], None),
             epoch=0,
             replay_from=first,
             technique=technique,
             backup=info["B2"]["location"] if technique == "passive_standby" else None,
             ship_every_s=t.checkpoint_every_s,
         )
-        replica_plan = _plan(
+        replica_plan = fragment_plan(
             t, source, [c, "out@B2"], f"{FRAGMENT}@B2" if technique == "active_standby" else None
         )
         if b2 is not None and technique == "active_standby":
@@ -457,7 +465,7 @@ def run_technique(
                     return int(a.call("info")["acks"].get(f"{FRAGMENT}.state", first)) > first
                 return True
 
-            _wait(under_way, t.seconds + 60, "B to be under way before the crash")
+            wait_until(under_way, t.seconds + 60, "B to be under way before the crash")
             b_status = b.call("status", fragment=FRAGMENT, timeout=5)
             report["delivered_before_kill"] = len(consumer.delivered)
             cpu_dead = {"B": procs.cpu_seconds("B")}
@@ -495,7 +503,7 @@ def run_technique(
                     None,
                 )
 
-            _wait(lambda: caught_up() is not None, t.settle_timeout_s, "C's input to advance")
+            wait_until(lambda: caught_up() is not None, t.settle_timeout_s, "C's input to advance")
             recovered = caught_up() or time.time()
             shipments = b_status["shipments"]
             report.update(
@@ -525,7 +533,7 @@ def run_technique(
             boundary = c_server.log.info(consumer.current)["boundary"] if consumer else None
             return boundary is not None and boundary >= last
 
-        _wait(complete, t.settle_timeout_s, "the consumer's stream to pass the end of input")
+        wait_until(complete, t.settle_timeout_s, "the consumer's stream to pass the end of input")
         time.sleep(0.5)
         # The work of the whole input, recovery included: on a busy machine a starved process
         # uses less CPU in a fixed window because it does less, so this is the fairer cost.
@@ -546,7 +554,7 @@ def run_technique(
                 "resynced_duplicates_dropped": len(consumer.resynced),
                 "log_duplicates": consumer.log_duplicates,
                 "consumer_errors": consumer.errors,
-                **_latencies(consumer, t0, epoch_s, killed),
+                **latencies(consumer.first_seen, t0, epoch_s, killed),
             }
         )
         if reference is not None:

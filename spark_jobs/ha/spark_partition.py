@@ -1,0 +1,430 @@
+"""The ``partition`` scenario on Spark: the Borealis partition demonstration with Spark fragments.
+
+A (producer process, Flight log ``conns``) feeds B and R, two Spark host processes running the
+same stateful fragment (``connection_counts`` per 2 s window, as in ``spark_crash``); R is B's
+replica. Each host keeps its output log ``out`` on its own Flight server, the producer side of a
+link, as a participant does. C, the consumer (in the driver), reaches B and R each through its
+own ``FaultProxy``, so the B-C link can be cut for real (TCP held or reset) while B, R and A keep
+running and every other link stays up.
+
+C's two activities, both only through the proxies:
+- heartbeats: one thread per replica asks for the output stream's ``info`` every heartbeat
+  interval; an answer is a heartbeat to ``app.availability.detector.FailureDetector``, which
+  declares the replica failed after ``misses`` silent intervals;
+- reading: C reads complete buckets only (below the stream's BOUNDARY), in order, from the
+  replica ``app.availability.upstream.UpstreamSelector`` chooses; a failed replica is
+  unreachable to the selector. The hosts run no DPC, so every reachable replica is STABLE: the
+  selector moves C only when its replica fails, and keeps it on R after the heal (R is as good
+  as B, and a switch costs a resynchronisation).
+On a switch C asks the new replica for the buckets from its own next bucket on: both replicas
+compute the same windows from the same input (deterministic fragment, one input serialised by
+SUnion), so resuming at the bucket offset gives neither duplicates nor gaps. The switch opens a
+new stream version; each delivered row records the version it came through.
+
+Run: the processes start (R computes the failure-free reference meanwhile, B warms up, both as
+in ``spark_crash.Stage``); B and R start the fragment; A publishes one bucket per second; once C
+has rows from B, the B-C proxy is cut for ``fail_for_s``, then healed; the run ends when C has
+every bucket the input completes. Checks: one switch B -> R after the cut, C still on R after
+the heal although B answers heartbeats again, no key delivered twice, nothing missing, C's output
+equal to the reference, and B's own log equal to R's (B kept working: a partition, not a crash).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pyarrow.flight as flight
+
+from app.availability.detector import FailureDetector, PeerStatus
+from app.availability.states import NodeState
+from app.availability.upstream import ReplicaView, UpstreamSelector
+from spark_jobs.ha.faultproxy import FaultProxy
+from spark_jobs.ha.spark_control import ActionClient
+from spark_jobs.ha.spark_crash import (
+    FRAGMENT,
+    Row,
+    SparkCrashTimings,
+    Stage,
+    fragment_plan,
+    latencies,
+    wait_until,
+)
+from spark_jobs.ha.spark_host import BUCKET_S, first_bucket, generator, output_rows
+from spark_jobs.runtime.transport import StreamClient
+
+OUTPUT = "out"
+REPLICAS = ("B", "R")
+CUT_MODES = ("drop", "refuse")
+
+
+@dataclass(frozen=True)
+class SparkPartitionTimings(SparkCrashTimings):
+    """``spark_crash``'s timings (seconds of input, window, heartbeats, start-up) plus the cut."""
+
+    seconds: int = 14
+    fail_at_s: float = 5.0
+    fail_for_s: float = 4.0
+    # "drop": a partition (bytes held, the peer hears nothing); "refuse": connections reset.
+    cut_mode: str = "drop"
+
+    def __post_init__(self) -> None:
+        if self.cut_mode not in CUT_MODES:
+            raise ValueError(
+                f"SparkPartitionTimings.cut_mode must be one of {CUT_MODES}, got {self.cut_mode!r}"
+            )
+        if self.fail_at_s + self.fail_for_s >= self.seconds:
+            raise ValueError(
+                "SparkPartitionTimings: the heal (fail_at_s + fail_for_s = "
+                f"{self.fail_at_s + self.fail_for_s}) must come before the input ends "
+                f"(seconds = {self.seconds}), or 'stays after the heal' is not observed"
+            )
+
+    @classmethod
+    def quick(cls) -> SparkPartitionTimings:
+        return cls(seconds=12, fail_at_s=4.0, fail_for_s=3.5)
+
+
+def timings_like(t: Any) -> SparkPartitionTimings:
+    """The Spark run for the python engine's ``Timings``: the same heartbeats, cut mode and
+    failure length; quick or not. The input covers the failure and 4 s after the heal, in whole
+    windows (Spark needs 1 s buckets and seconds of warm-up, so the rest does not carry over)."""
+    from spark_jobs.ha.scenarios import Timings
+
+    quick = t.duration_ms <= Timings.quick().duration_ms
+    base = SparkPartitionTimings.quick() if quick else SparkPartitionTimings()
+    fail_for_s = t.fail_for_ms / 1000
+    needed = int(base.fail_at_s + fail_for_s) + 4
+    seconds = max(base.seconds, needed + needed % base.window_s)
+    return replace(
+        base,
+        heartbeat_ms=t.heartbeat_ms,
+        misses=t.misses,
+        cut_mode=t.cut_mode,
+        fail_for_s=fail_for_s,
+        seconds=seconds,
+    )
+
+
+def _port(location: str) -> int:
+    return int(location.rsplit(":", 1)[1])
+
+
+class Link:
+    """C's end of its link to one replica: a Flight client of the replica's proxy."""
+
+    def __init__(self, proxy: FaultProxy, stream: str) -> None:
+        self.stream = stream
+        self._client = flight.FlightClient(proxy.location)
+
+    def info(self, timeout: float) -> dict[str, Any]:
+        action = flight.Action("info", json.dumps({"stream": self.stream}).encode())
+        options = flight.FlightCallOptions(timeout=timeout)
+        results = list(self._client.do_action(action, options))
+        answer: dict[str, Any] = json.loads(results[0].body.to_pybytes())
+        return answer
+
+    def read(self, lo: int, hi: int, timeout: float) -> list[Row]:
+        # The ticket of StreamServer's read (see StreamClient.read), with a deadline: across a
+        # dropped link a read without one would wait for the heal.
+        ticket = {"op": "read", "stream": self.stream, "lo": lo, "hi": hi}
+        options = flight.FlightCallOptions(timeout=timeout)
+        table = self._client.do_get(flight.Ticket(json.dumps(ticket).encode()), options).read_all()
+        return output_rows(table)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class PartitionConsumer:
+    """C: heartbeats to each replica, complete buckets in order from the chosen one."""
+
+    def __init__(
+        self,
+        proxies: dict[str, FaultProxy],
+        stream: str,
+        start_bucket: int,
+        heartbeat_s: float,
+        misses: int,
+    ) -> None:
+        self.proxies = proxies
+        self.stream = stream
+        self.names = tuple(proxies)
+        self.interval = heartbeat_s
+        # A late answer still counts as a heartbeat when it comes: the deadline is the whole
+        # time the detector waits, so a slow but live replica is not declared failed by it.
+        self.deadline = heartbeat_s * misses
+        self.detector = FailureDetector(time.monotonic, interval=heartbeat_s, misses=misses)
+        # The primary first: it is chosen while both are equally good.
+        self.selector = UpstreamSelector(stream, self.names, current=self.names[0])
+        self.next = start_bucket
+        self.delivered: dict[tuple[int, str], Row] = {}
+        self.first_seen: dict[tuple[int, str], float] = {}
+        self.version_of: dict[tuple[int, str], int] = {}
+        self.duplicates: list[tuple[int, str]] = []
+        self.switches: list[dict[str, Any]] = []
+        self.heard_at: dict[str, float] = {}
+        self.status_log: list[dict[str, Any]] = []
+        self.read_errors: dict[str, int] = dict.fromkeys(self.names, 0)
+        self.errors: list[str] = []
+        self._status: dict[str, PeerStatus] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._heartbeats, args=(name,), daemon=True)
+            for name in self.names
+        ]
+        self._threads.append(threading.Thread(target=self._read_loop, daemon=True))
+
+    def start(self) -> None:
+        with self._lock:
+            for name in self.names:
+                self.detector.watch(name)
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    @property
+    def current(self) -> str:
+        return self.selector.current or self.names[0]
+
+    def _heartbeats(self, name: str) -> None:
+        link = Link(self.proxies[name], self.stream)
+        try:
+            while not self._stop.wait(self.interval / 10):
+                with self._lock:
+                    due = self.detector.should_ping(name)
+                if not due:
+                    continue
+                try:
+                    link.info(self.deadline)
+                except flight.FlightError:
+                    continue  # silence: the detector counts it
+                with self._lock:
+                    self.detector.heard(name)
+                    self.heard_at[name] = time.time()
+        finally:
+            link.close()
+
+    def _read_loop(self) -> None:
+        links = {name: Link(proxy, self.stream) for name, proxy in self.proxies.items()}
+        try:
+            while not self._stop.wait(0.05):
+                try:
+                    self._choose()
+                    self._pull(links[self.current])
+                except flight.FlightError as error:
+                    # A read across a cut link: the heartbeats decide whether it failed.
+                    self.read_errors[self.current] += 1
+                    if not isinstance(
+                        error, flight.FlightTimedOutError | flight.FlightUnavailableError
+                    ):
+                        self.errors.append(f"{type(error).__name__}: {error}")
+                except Exception as error:
+                    self.errors.append(f"{type(error).__name__}: {error}")
+        finally:
+            for link in links.values():
+                link.close()
+
+    def _choose(self) -> None:
+        now = time.time()
+        with self._lock:
+            statuses = {name: self.detector.status(name) for name in self.names}
+            for name, status in statuses.items():
+                if self._status.get(name) != status and status in (
+                    PeerStatus.FAILED,
+                    PeerStatus.ALIVE,
+                ):
+                    self.status_log.append({"replica": name, "status": str(status), "at": now})
+                    self._status[name] = status
+            views = [
+                ReplicaView(name, NodeState.STABLE, statuses[name] is not PeerStatus.FAILED)
+                for name in self.names
+            ]
+            switch = self.selector.decide(views, now)
+        if switch is not None:
+            self.switches.append(
+                {
+                    "from": switch.from_replica,
+                    "to": switch.to_replica,
+                    "at": switch.at,
+                    "version": switch.version,
+                    # Where C resumes on the new replica: its own next bucket, no earlier.
+                    "resume_bucket": self.next,
+                }
+            )
+
+    def _pull(self, link: Link) -> None:
+        boundary = link.info(self.deadline)["boundary"]
+        if boundary is None or boundary <= self.next:
+            return
+        rows = link.read(self.next, boundary, self.deadline)
+        now = time.time()
+        for row in rows:
+            key = (row[0], row[2])
+            if key in self.delivered:
+                self.duplicates.append(key)
+                continue
+            self.delivered[key] = row
+            self.first_seen[key] = now
+            self.version_of[key] = self.selector.version
+        self.next = boundary
+
+    def output(self) -> list[Row]:
+        return sorted(self.delivered.values())
+
+
+def _log_rows(location: str) -> tuple[list[Row], int | None]:
+    """A replica's own output log, read directly (not through C's proxy)."""
+    with StreamClient(location) as client:
+        return output_rows(client.read_table(OUTPUT)), client.info(OUTPUT)["boundary"]
+
+
+def _soon(done: Any, timeout: float) -> bool:
+    """Wait for ``done``; False after ``timeout`` (the checks then say what did not happen)."""
+    try:
+        wait_until(done, timeout, "")
+    except TimeoutError:
+        return False
+    return True
+
+
+def run(
+    report_dir: Path,
+    timings: SparkPartitionTimings | None = None,
+) -> dict[str, Any]:
+    """One partition run; the report as the python engine's partition report (``scenario``,
+    ``checks``, failure/heal times, ``tentative_tuples``, ``corrections``, ``switches``, the
+    added latency), plus Spark's phases and the proxies' counters."""
+    t = timings or SparkPartitionTimings()
+    gen = generator(t.seed, t.rate)
+    first = first_bucket(gen)
+    epoch_s = gen.epoch.timestamp()
+    last = first + t.seconds - 1
+    stage = Stage(t, Path(report_dir) / "nodes", "active_standby", backup=REPLICAS[1])
+    proxies: dict[str, FaultProxy] = {}
+    consumer: PartitionConsumer | None = None
+    try:
+        stage.wait()
+        info, reference = stage.info, stage.reference
+        source = info["A"]["location"]
+        for name in REPLICAS:
+            location = info[name]["location"]
+            with StreamClient(location) as client:
+                client.declare(OUTPUT, BUCKET_S)
+            # Each replica acknowledges A under its own name, so A keeps input for both.
+            plan = fragment_plan(t, source, [location, OUTPUT], f"{FRAGMENT}@{name}")
+            with ActionClient(info[name]["control"]) as control:
+                control.call("start", plan=plan, epoch=0, replay_from=first, timeout=120)
+            proxies[name] = FaultProxy(_port(location))
+        t0 = time.time() + t.warmup_s
+        with ActionClient(info["A"]["control"]) as a:
+            a.call("play", t0=t0, seconds=t.seconds)
+        consumer = PartitionConsumer(proxies, OUTPUT, first, t.heartbeat_ms / 1000, t.misses)
+        consumer.start()
+        time.sleep(max(0.0, t0 + t.fail_at_s - time.time()))
+        # A cut mid-stream: C has rows from B (on a loaded machine that may come later).
+        wait_until(lambda: bool(consumer and consumer.delivered), 120, "C's first rows from B")
+        delivered_before_cut = len(consumer.delivered)
+        proxies["B"].cut(t.cut_mode)  # type: ignore[arg-type]
+        failure_at = time.time()
+        time.sleep(t.fail_for_s)
+        proxies["B"].heal()
+        heal_at = time.time()
+        wait_until(
+            lambda: consumer.next > last - 1, t.settle_timeout_s, "C to pass the input's end"
+        )
+        # B must answer again for "stays with R" to be C's choice, not its only option.
+        _soon(lambda: consumer.heard_at.get("B", 0) > heal_at, 20)
+        # B kept processing through the partition: its own log reaches the end too.
+        _soon(lambda: (_log_rows(info["B"]["location"])[1] or 0) > last - 1, 60)
+        consumer.stop()
+        b_rows, b_boundary = _log_rows(info["B"]["location"])
+        r_rows, r_boundary = _log_rows(info["R"]["location"])
+        output = consumer.output()
+        reference = reference or []
+        moved = [s for s in consumer.switches if (s["from"], s["to"]) == ("B", "R")]
+
+        def ms(at: float) -> int:
+            return round((at - t0) * 1000)
+
+        switches = [
+            {
+                "consumer": "C",
+                "stream": OUTPUT,
+                "from": s["from"],
+                "to": s["to"],
+                "at_ms": ms(s["at"]),
+                "version": s["version"],
+                "resume_bucket": s["resume_bucket"] - first,
+            }
+            for s in consumer.switches
+        ]
+        by_version: dict[str, int] = {}
+        replica_of = {0: "B", **{s["version"]: s["to"] for s in consumer.switches}}
+        for version in consumer.version_of.values():
+            label = f"{replica_of[version]} v{version}"
+            by_version[label] = by_version.get(label, 0) + 1
+        missing = set(reference) - set(output)
+        report: dict[str, Any] = {
+            "scenario": "partition",
+            "engine": "spark",
+            "cut_mode": t.cut_mode,
+            "failure_at_ms": ms(failure_at),
+            "heal_at_ms": ms(heal_at),
+            "switches": switches,
+            "detected_after_ms": ms(moved[0]["at"]) - ms(failure_at) if moved else None,
+            # No DPC on these hosts: a STABLE replica stayed reachable, so C read only stable,
+            # complete buckets; nothing tentative was produced, nothing had to be corrected.
+            "tentative_tuples": 0,
+            "corrections": 0,
+            "input_duplicates": len(consumer.duplicates),
+            "delivered_before_cut": delivered_before_cut,
+            "rows_out": len(output),
+            "reference_rows": len(reference),
+            "rows_by_version": by_version,
+            "difference": {"missing": len(missing), "extra": len(set(output) - set(reference))},
+            "replica_status_log": [
+                {**entry, "at_ms": ms(entry.pop("at"))} for entry in consumer.status_log
+            ],
+            "b_heard_again_after_heal_ms": (
+                ms(consumer.heard_at["B"]) - ms(heal_at)
+                if consumer.heard_at.get("B", 0) > heal_at
+                else None
+            ),
+            "read_errors": consumer.read_errors,
+            "consumer_errors": consumer.errors,
+            "replica_boundaries": {"B": b_boundary, "R": r_boundary},
+            "proxy_stats": {name: asdict(proxy.stats) for name, proxy in proxies.items()},
+            "phases": stage.phases,
+            "spark_timings": asdict(t),
+            **latencies(consumer.first_seen, t0, epoch_s, failure_at),
+        }
+        report["checks"] = {
+            "output_matches_reference": bool(reference) and output == reference,
+            "switched_to_replica": len(consumer.switches) == 1
+            and len(moved) == 1
+            and moved[0]["at"] >= failure_at,
+            "stays_after_heal": consumer.current == "R"
+            and report["b_heard_again_after_heal_ms"] is not None,
+            "no_duplicates": not consumer.duplicates
+            and len(output) == len({(r[0], r[2]) for r in output}),
+            "no_losses": not missing,
+            "consumer_loop_without_errors": not consumer.errors,
+            "replicas_agree": bool(b_rows) and b_rows == r_rows,
+        }
+        return report
+    finally:
+        if consumer is not None:
+            consumer.stop()
+        for proxy in proxies.values():
+            proxy.close()
+        stage.close()

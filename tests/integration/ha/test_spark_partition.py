@@ -1,0 +1,69 @@
+"""The partition scenario on Spark: A feeds B and its replica R, two Spark host processes; C
+reads through one fault-injecting TCP proxy per replica; the B-C link is cut for real. C's
+heartbeats declare B failed, C switches to R at its own next bucket and, after the heal, stays
+there. Every check compares with a failure-free Spark run of the same input; timings are
+reported, never asserted (shared machine).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from spark_jobs.ha.spark_partition import SparkPartitionTimings, run
+from tests.prerequisites import java_problem
+from tests.support.components import in_ci
+
+
+def test_timings_refuse_a_heal_after_the_input_ends() -> None:
+    with pytest.raises(ValueError, match="heal"):
+        SparkPartitionTimings(seconds=8, fail_at_s=4.0, fail_for_s=5.0)
+    with pytest.raises(ValueError, match="cut_mode"):
+        SparkPartitionTimings(cut_mode="explode")
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_partition_on_spark_switches_to_the_replica_and_stays(tmp_path) -> None:
+    problem = java_problem()
+    if problem:
+        if in_ci():
+            pytest.fail(f"Spark needs Java: {problem}", pytrace=False)
+        pytest.skip(problem)
+    # The host processes inherit these: executors must run this interpreter.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    timings = SparkPartitionTimings.quick()
+
+    report = run(tmp_path, timings)
+
+    failed = [name for name, passed in report["checks"].items() if not passed]
+    assert not failed, f"{failed}; {report['difference']}; {report['switches']}"
+    assert report["scenario"] == "partition" and report["engine"] == "spark"
+    # One switch, B -> R, after the cut and before the heal, into stream version 1.
+    [switch] = report["switches"]
+    assert (switch["consumer"], switch["from"], switch["to"], switch["version"]) == (
+        "C",
+        "B",
+        "R",
+        1,
+    )
+    assert report["failure_at_ms"] <= switch["at_ms"] <= report["heal_at_ms"]
+    assert report["detected_after_ms"] >= timings.heartbeat_ms * timings.misses
+    # Rows came through both replicas, each key once, and together they are the reference.
+    assert report["delivered_before_cut"] > 0
+    assert report["rows_by_version"]["B v0"] > 0 and report["rows_by_version"]["R v1"] > 0
+    assert sum(report["rows_by_version"].values()) == report["rows_out"]
+    assert report["rows_out"] == report["reference_rows"] > 0
+    assert report["input_duplicates"] == 0
+    assert report["difference"] == {"missing": 0, "extra": 0}
+    # A partition (not a crash): B answered C's heartbeats again after the heal.
+    assert report["cut_mode"] == "drop"
+    assert report["b_heard_again_after_heal_ms"] is not None
+    statuses = [(e["replica"], e["status"]) for e in report["replica_status_log"]]
+    assert ("B", "failed") in statuses
+    assert ("B", "alive") in statuses[statuses.index(("B", "failed")) :]
+    assert report["tentative_tuples"] == 0 and report["corrections"] == 0
+    assert report["max_added_latency_ms"] is not None
