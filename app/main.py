@@ -18,6 +18,7 @@ from app.movements.endpoints import router as movements_router
 from app.movements.replica_endpoints import router as replicas_router
 from app.offers.endpoints import router as offers_router
 from app.participants.endpoints import router as participants_router
+from app.permits.endpoints import router as permits_router
 from app.settings import Settings, get_settings
 from app.tasks.endpoints import router as tasks_router
 
@@ -105,6 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(offers_router)
     app.include_router(movements_router)
     app.include_router(replicas_router)
+    app.include_router(permits_router)
 
     @app.get("/healthz", tags=["service"])
     def healthz() -> dict[str, str]:

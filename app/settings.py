@@ -28,6 +28,9 @@ class Settings(BaseSettings):
     # ``heartbeat_misses``. Agent-to-agent heartbeats (100 ms in Borealis) are the runtime's.
     heartbeat_interval_seconds: float = Field(default=1.0, gt=0)
     heartbeat_misses: int = Field(default=3, ge=1)
+    # Lease of a reconciliation permit (``/v1/permits``): long beside a reconciliation, so a
+    # holder renews rarely, short enough that a crashed holder frees the fragment soon.
+    permit_lease_seconds: float = Field(default=10.0, gt=0)
 
     @model_validator(mode="after")
     def _refuse_default_secrets_outside_development(self) -> Settings:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -68,6 +69,18 @@ class FedloadClient:
 
     def replicas(self) -> list[dict[str, Any]]:
         return list(self._call("GET", "/v1/replicas"))
+
+    # reconciliation permits (the registry's arbiter)
+    def request_permit(self, fragment: str, replica: str) -> dict[str, Any]:
+        path = f"/v1/permits/{quote(fragment, safe='')}/request"
+        return dict(self._call("POST", path, json={"replica": replica}))
+
+    def release_permit(self, fragment: str, replica: str) -> dict[str, Any]:
+        path = f"/v1/permits/{quote(fragment, safe='')}/release"
+        return dict(self._call("POST", path, json={"replica": replica}))
+
+    def permits(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/v1/permits"))
 
     # offers
     def offer(

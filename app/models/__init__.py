@@ -4,6 +4,7 @@ from app.models.audit import AuditEntry
 from app.models.contract import Contract, ContractEvent, ContractStatus, LedgerEntry, Recovery
 from app.models.movement import Movement, MovementReason, MovementStatus, Offer, OfferStatus
 from app.models.participant import Participant, ParticipantSample, ParticipantStatus
+from app.models.permit import ReconciliationPermit
 from app.models.replica import Replica, ReplicaTechnique
 from app.models.task import Task
 
@@ -21,6 +22,7 @@ __all__ = [
     "Participant",
     "ParticipantSample",
     "ParticipantStatus",
+    "ReconciliationPermit",
     "Recovery",
     "Replica",
     "ReplicaTechnique",

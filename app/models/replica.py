@@ -58,6 +58,9 @@ class Replica(Base):
     hops: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
     # Payments for the replica's load are charged up to this instant.
     accrued_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # Fencing token of this copy, as ``tasks.lease_epoch`` is the primary's: raised on every
+    # committed move of the replica, so a host that lost it (and its late reports) is refused.
+    lease_epoch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     version: Mapped[int] = mapped_column(Integer, nullable=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 

@@ -53,6 +53,7 @@ from app.availability.delta import apply as apply_delta
 from app.availability.delta import diff as diff_state
 from app.availability.simulation import source_rows
 from app.availability.tuples import Key, Kind
+from spark_jobs.ha.arbiter import ArbiterClient, arbiter_client, is_rest
 from spark_jobs.ha.registry import RegistryReporter
 from spark_jobs.ha.wire import HAClient, HAServer
 from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient
@@ -109,6 +110,13 @@ class HANode:
             misses=int(config.get("misses", 3)),
         )
         self.peers: dict[str, str] = dict(config.get("peers", {}))
+        arbiter = config.get("arbiter")
+        if arbiter and is_rest(arbiter) and not config.get("arbiter_key"):
+            # Found now rather than at the first partition, when it would read as a refusal.
+            raise ValueError(
+                f"node {self.name}: arbiter {arbiter} is the registry's REST arbiter and needs "
+                "'arbiter_key' in the node config"
+            )
         self.peer_permission = PeerPermission(self.name)
         self._holds_arbiter_permit = False
         # Reconciliation asked for while a peer was unreachable and the arbiter said no.
@@ -298,20 +306,27 @@ class HANode:
     def _ask_arbiter(self) -> bool:
         """The arbiter's permit for this fragment; refused when there is no arbiter or it is
         unreachable too (then the node keeps processing tentatively and asks again later)."""
-        location = self.config.get("arbiter")
-        if not location:
+        client = self._arbiter()
+        if client is None:
             return False
-        client = HAClient(location, timeout=0.3)
         try:
-            granted = bool(
-                client.action("arbiter_request", fragment=self.fragment, replica=self.name)
-            )
+            granted = client.request(self.fragment, self.name)
         except Exception:
             return False
         finally:
             client.close()
         self._holds_arbiter_permit = self._holds_arbiter_permit or granted
         return granted
+
+    def _arbiter(self) -> ArbiterClient | None:
+        """The Flight arbiter of the scenarios, or the registry's REST one for an http URL."""
+        location = self.config.get("arbiter")
+        if not location:
+            return None
+        # A REST call commits a row at the registry: more than a loopback Flight action.
+        default_ms = 2000 if is_rest(location) else 300
+        timeout = int(self.config.get("arbiter_timeout_ms", default_ms)) / 1000
+        return arbiter_client(location, key=self.config.get("arbiter_key"), timeout=timeout)
 
     def _release_to(self, peers: list[str]) -> None:
         for peer in peers:
@@ -323,11 +338,11 @@ class HANode:
     def _release_peers(self, _name: str) -> None:
         self.events.append({"at": self.now_ms(), "event": "reconciled"})
         self._release_to(list(self.peers))
-        if self._holds_arbiter_permit:
-            client = HAClient(self.config["arbiter"], timeout=0.3)
+        client = self._arbiter() if self._holds_arbiter_permit else None
+        if client is not None:
             # Unreleased, the permit lapses with its lease.
             with contextlib.suppress(Exception):
-                client.action("arbiter_release", fragment=self.fragment, replica=self.name)
+                client.release(self.fragment, self.name)
             client.close()
             self._holds_arbiter_permit = False
 

@@ -2,7 +2,8 @@
 
 Real Flight servers on loopback: a node whose peer's port has nothing behind it must not take
 that silence as permission (a partitioned peer may be reconciling), and two replicas cut off
-from each other get the arbiter's one permit in turn.
+from each other get the arbiter's one permit in turn, from the scenarios' Flight arbiter or
+from the registry's REST one (real service over TCP, SQLite and PostgreSQL).
 """
 
 from __future__ import annotations
@@ -13,9 +14,13 @@ from typing import Any
 
 import pytest
 
+from app.agent.client import FedloadClient
+from app.settings import Settings
 from spark_jobs.ha.arbiter import ArbiterServer, ReconciliationLeases
 from spark_jobs.ha.cluster import free_port
 from spark_jobs.ha.node import HANode
+from tests.integration.api.conftest import ADMIN_KEY
+from tests.support.live_server import serve
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -61,7 +66,9 @@ def test_lease_must_be_positive() -> None:
         ReconciliationLeases(lease_ms=0)
 
 
-def _node(name: str, peers: dict[str, str], arbiter: str | None) -> HANode:
+def _node(
+    name: str, peers: dict[str, str], arbiter: str | None, *, key: str | None = None
+) -> HANode:
     config: dict[str, Any] = {
         "name": name,
         "fragment": "C",
@@ -73,6 +80,8 @@ def _node(name: str, peers: dict[str, str], arbiter: str | None) -> HANode:
     }
     if arbiter is not None:
         config["arbiter"] = arbiter
+    if key is not None:
+        config["arbiter_key"] = key
     return HANode(config)
 
 
@@ -142,3 +151,48 @@ def test_reachable_peer_decides_without_the_arbiter(arbiter: ArbiterServer) -> N
     finally:
         c1.server.shutdown()
         c2.server.shutdown()
+
+
+@pytest.fixture
+def registry(db_url: str) -> Iterator[tuple[str, dict[str, str]]]:
+    """The registry service over TCP with participants A and B (each hosting one replica)."""
+    settings = Settings(database_url=db_url, admin_key=ADMIN_KEY, environment="test")
+    with serve(settings) as url:
+        admin = FedloadClient(url, ADMIN_KEY)
+        keys = {
+            n: admin._call("POST", "/v1/participants", json={"name": n, "capacity": 100})["api_key"]
+            for n in ("A", "B")
+        }
+        admin.close()
+        yield url, keys
+
+
+def test_replicas_cut_off_take_turns_through_the_registry_arbiter(
+    registry: tuple[str, dict[str, str]],
+) -> None:
+    url, keys = registry
+    c1 = _node("C1", {"C2": f"grpc://127.0.0.1:{free_port()}"}, url, key=keys["A"])
+    c2 = _node("C2", {"C1": f"grpc://127.0.0.1:{free_port()}"}, url, key=keys["B"])
+    admin = FedloadClient(url, ADMIN_KEY)
+    try:
+        assert c1._ask_peers("C") is True
+        assert c2._ask_peers("C") is False, "C1 holds the permit"
+        assert [(p["holder"], p["participant"], p["fence"]) for p in admin.permits()] == [
+            ("C1", "A", 1)
+        ]
+        c1._release_peers("C")
+        assert [(p["holder"], p["held"]) for p in admin.permits()] == [(None, False)]
+        assert c2._ask_peers("C") is True
+        assert [(p["holder"], p["participant"], p["fence"]) for p in admin.permits()] == [
+            ("C2", "B", 2)
+        ]
+        assert c2.status()["refused_for_unreachable_peers"] == 1
+    finally:
+        admin.close()
+        c1.server.shutdown()
+        c2.server.shutdown()
+
+
+def test_registry_arbiter_without_a_key_is_a_config_error() -> None:
+    with pytest.raises(ValueError, match="REST arbiter and needs 'arbiter_key'"):
+        _node("C1", {}, "http://127.0.0.1:9")

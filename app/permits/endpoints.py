@@ -1,0 +1,49 @@
+"""/v1/permits: the reconciliation arbiter beside the registry (issue 5, DPC).
+
+Replicas of one fragment that cannot reach each other ask here before reconciling; at most one
+holds the permit at a time, for a lease (``FEDLOAD_PERMIT_LEASE_SECONDS``) it renews by asking
+again and ends by releasing.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+
+from app.auth.dependencies import AdminPrincipal, CurrentPrincipal, SessionDep, SettingsDep
+from app.permits import service
+from app.permits.schemas import PermitAsk, PermitDecision, PermitRead
+
+router = APIRouter(prefix="/v1/permits", tags=["availability"])
+
+Fragment = Annotated[str, Path(min_length=1, max_length=service.MAX_NAME)]
+
+
+@router.post("/{fragment}/request", response_model=PermitDecision)
+def request_permit(
+    fragment: Fragment,
+    body: PermitAsk,
+    me: CurrentPrincipal,
+    session: SessionDep,
+    settings: SettingsDep,
+) -> PermitDecision:
+    """Ask for the fragment's permit: granted (or renewed, for the holder) until expires_at,
+    or refused with the holder and when its lease ends."""
+    return service.request(
+        session, me, fragment, body.replica, lease_seconds=settings.permit_lease_seconds
+    )
+
+
+@router.post("/{fragment}/release", response_model=PermitRead)
+def release_permit(
+    fragment: Fragment, body: PermitAsk, me: CurrentPrincipal, session: SessionDep
+) -> PermitRead:
+    """The holder gives the permit back (409 for any other replica)."""
+    return service.release(session, me, fragment, body.replica)
+
+
+@router.get("", response_model=list[PermitRead])
+def list_permits(_: AdminPrincipal, session: SessionDep) -> list[PermitRead]:
+    """Every fragment's permit: which replica holds it, until when, at which fence (admin)."""
+    return service.listed(session)

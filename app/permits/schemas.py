@@ -1,0 +1,35 @@
+"""Schemas of /v1/permits: the registry's reconciliation arbiter."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class PermitAsk(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    replica: str = Field(
+        min_length=1,
+        max_length=128,
+        description="The replica (node name) that asks for or gives back the permit.",
+    )
+
+
+class PermitRead(BaseModel):
+    fragment: str
+    # The replica holding the permit, null once released; a lease past ``expires_at`` is free.
+    holder: str | None
+    participant: str | None
+    expires_at: datetime
+    fence: int
+    held: bool = Field(description="Whether a replica holds an unexpired lease now.")
+
+
+class PermitDecision(PermitRead):
+    replica: str
+    granted: bool = Field(
+        description="True: the replica may reconcile until expires_at (ask again to renew). "
+        "False: holder holds the permit until expires_at."
+    )

@@ -1,0 +1,168 @@
+"""The registry's reconciliation arbiter: one permit per fragment, as rows.
+
+The rule is ``app.availability.leases`` (the scenarios' Flight arbiter applies the same one in
+memory); this module only reads the fragment's row, applies the rule and writes it back, under a
+lock held to the end of the request's transaction so two replicas racing for one permit are
+decided one after the other:
+
+- the row is made to exist first with an INSERT that does nothing on conflict: on SQLite that
+  write opens the transaction with the database's write lock (pysqlite begins a transaction at
+  the first write, so the read after it cannot be stale); on PostgreSQL a concurrent insert
+  waits on the unique index until the first commits;
+- the row is then read ``FOR UPDATE`` (PostgreSQL's row lock; SQLite already holds the lock).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from app.audit import service as audit
+from app.auth.principal import Principal
+from app.availability import leases
+from app.db.base import utcnow
+from app.errors import Conflict, Forbidden, InvalidInput
+from app.models import Participant, ReconciliationPermit
+from app.permits.schemas import PermitDecision, PermitRead
+
+MAX_NAME = 128
+
+
+def _check_fragment(fragment: str) -> None:
+    if not fragment.strip() or len(fragment) > MAX_NAME:
+        raise InvalidInput(
+            f"fragment must be a non-blank name of at most {MAX_NAME} characters, got {fragment!r}",
+            field="fragment",
+        )
+
+
+def _locked_row(session: Session, fragment: str, now: datetime) -> ReconciliationPermit:
+    name = session.get_bind().dialect.name
+    values = {"fragment": fragment, "holder": None, "expires_at": now, "fence": 0}
+    values["updated_at"] = now
+    if name == "postgresql":
+        session.execute(
+            postgresql.insert(ReconciliationPermit)
+            .values(**values)
+            .on_conflict_do_nothing(index_elements=["fragment"])
+        )
+    elif name == "sqlite":
+        session.execute(
+            sqlite.insert(ReconciliationPermit)
+            .values(**values)
+            .on_conflict_do_nothing(index_elements=["fragment"])
+        )
+    else:  # the registry runs on these two; another backend would race here unnoticed
+        raise RuntimeError(f"reconciliation permits need SQLite or PostgreSQL, not {name}")
+    row = session.scalar(
+        select(ReconciliationPermit)
+        .where(ReconciliationPermit.fragment == fragment)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    assert row is not None  # inserted or found a moment ago, under the lock
+    return row
+
+
+def _permit(row: ReconciliationPermit) -> leases.Permit:
+    return leases.Permit(row.holder, row.expires_at.timestamp(), row.fence)
+
+
+def request(
+    session: Session,
+    principal: Principal,
+    fragment: str,
+    replica: str,
+    *,
+    lease_seconds: float,
+    now: datetime | None = None,
+) -> PermitDecision:
+    """Grant ``replica`` the fragment's permit, or say who holds it until when."""
+    _check_fragment(fragment)
+    now = now or utcnow()
+    row = _locked_row(session, fragment, now)
+    decision = leases.request(_permit(row), replica, now.timestamp(), lease_seconds)
+    if decision.granted:
+        new_holder = decision.permit.fence != row.fence
+        row.holder = replica
+        row.participant_id = principal.participant_id
+        row.expires_at = datetime.fromtimestamp(decision.permit.expires_at, UTC)
+        row.fence = decision.permit.fence
+        row.updated_at = now
+        session.flush()
+        if new_holder:  # renewals are routine; a change of holder is what an admin looks for
+            audit.record(
+                session,
+                actor=principal.actor,
+                action="permit.granted",
+                entity_type="permit",
+                entity_id=row.id,
+                detail={"fragment": fragment, "replica": replica, "fence": row.fence},
+            )
+    read = to_read(session, [row], now)[0]
+    return PermitDecision(**read.model_dump(), replica=replica, granted=decision.granted)
+
+
+def release(session: Session, principal: Principal, fragment: str, replica: str) -> PermitRead:
+    """``replica`` gives the permit back; refused unless it is the holder."""
+    _check_fragment(fragment)
+    now = utcnow()
+    row = _locked_row(session, fragment, now)
+    try:
+        released = leases.release(_permit(row), replica)
+    except leases.NotHolder as error:
+        raise Conflict(f"permit of fragment {fragment!r}: {error}", field="replica") from error
+    if principal.participant_id is not None and row.participant_id not in (
+        None,
+        principal.participant_id,
+    ):
+        raise Forbidden(
+            f"the permit of fragment {fragment!r} was granted to another participant's replica",
+            field="replica",
+        )
+    row.holder = released.holder
+    row.updated_at = now
+    session.flush()
+    audit.record(
+        session,
+        actor=principal.actor,
+        action="permit.released",
+        entity_type="permit",
+        entity_id=row.id,
+        detail={"fragment": fragment, "replica": replica, "fence": row.fence},
+    )
+    return to_read(session, [row], now)[0]
+
+
+def listed(session: Session) -> list[PermitRead]:
+    rows = list(
+        session.scalars(select(ReconciliationPermit).order_by(ReconciliationPermit.fragment))
+    )
+    return to_read(session, rows, utcnow())
+
+
+def to_read(session: Session, rows: list[ReconciliationPermit], now: datetime) -> list[PermitRead]:
+    ids = {r.participant_id for r in rows if r.participant_id is not None}
+    names = (
+        dict(
+            session.execute(
+                select(Participant.id, Participant.name).where(Participant.id.in_(ids))
+            ).all()
+        )
+        if ids
+        else {}
+    )
+    return [
+        PermitRead(
+            fragment=r.fragment,
+            holder=r.holder,
+            participant=names.get(r.participant_id) if r.participant_id is not None else None,
+            expires_at=r.expires_at,
+            fence=r.fence,
+            held=_permit(r).held_at(now.timestamp()),
+        )
+        for r in rows
+    ]
