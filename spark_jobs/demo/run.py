@@ -123,6 +123,10 @@ class _Clock:
         return self.now
 
 
+# Wall seconds between one agent's beats that still count as on time in the demo's loop.
+DEMO_HEARTBEAT_SECONDS = 5.0
+
+
 def run_demo(options: DemoOptions, console: Console | None = None) -> dict[str, Any]:
     console = console or Console()
     doc = scaled(load_federation(options.federation), options.time_scale)
@@ -131,7 +135,15 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> dict[str, 
     work = Path(tempfile.mkdtemp(prefix="fedload-demo-"))
     database_url = options.database_url or f"sqlite:///{work / 'registry.db'}"
     admin_key = secrets.token_urlsafe(16)
-    settings = Settings(database_url=database_url, admin_key=admin_key, environment="development")
+    # One loop drives every agent here, one heartbeat per simulated step, and a step that holds a
+    # Spark move takes a few wall seconds: at the service's default 1 s interval its wall-clock
+    # detector would call healthy agents suspect (the table showed every agent suspect at the end).
+    settings = Settings(
+        database_url=database_url,
+        admin_key=admin_key,
+        environment="development",
+        heartbeat_interval_seconds=max(DEMO_HEARTBEAT_SECONDS, options.pace * step),
+    )
     upgrade(database_url)
     with unit_of_work(database_url) as session:
         keys = apply_federation(session, doc, actor=f"file:{options.federation}").new_keys
