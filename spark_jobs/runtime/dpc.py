@@ -80,10 +80,13 @@ from spark_jobs.runtime.host import (
     unpack_directory,
 )
 from spark_jobs.runtime.soutput import SOutput
+from spark_jobs.runtime.sunion import UNREACHABLE, TimedClient
 from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient
 
 # Borealis: the budget is 0.9 of the maximum incremental delay, the rest is for processing.
 BUDGET_SHARE = 0.9
+# The heal check's Flight calls: a cut input must not stall the poller.
+CALL_TIMEOUT_S = 0.5
 
 DPC_SCHEMA = pa.schema(
     [
@@ -178,6 +181,8 @@ class DPCStore:
         self.checkpoint_path = self.directory / "stable.tar"
         # Read by the SUnion readers of every query of the node (option ack_limit_file).
         self.ack_limit_path = self.directory / "ack_limit"
+        # The SUnion readers' local copy of complete input buckets (option spool_dir).
+        self.spool_path = self.directory / "spool"
 
     @staticmethod
     def _write(path: Path, data: bytes) -> None:
@@ -608,6 +613,10 @@ class DPCFragment:
                 **spec.options,
                 **settings.source_options(spec.bucket_seconds),
                 "ack_limit_file": str(self.store.ack_limit_path),
+                # Complete input buckets are copied here before they are released, so a batch
+                # planned before a cut still reads after it; shared by the serving query and
+                # the redo copies, trimmed where the producers trim.
+                "spool_dir": str(self.store.spool_path),
                 # The redo runs on a copy and the serving query goes on: new buckets are not held
                 # for it (that would add the budget to their latency), they go out at once.
                 "hold_healed": "false",
@@ -665,8 +674,14 @@ class DPCFragment:
         bucket_ms = round(self.spec.bucket_seconds * 1000)
         rules = SUnion(names, bucket_ms=bucket_ms, delay_budget_ms=self.settings.delay_budget_ms)
         for name, ref in zip(names, self.spec.inputs, strict=True):
-            with StreamClient(ref.location) as client:
+            client = TimedClient(ref.location, CALL_TIMEOUT_S)
+            try:
                 boundary = client.info(ref.stream)["boundary"]
+            except UNREACHABLE:
+                # Still cut off: not healed (the next poll asks again).
+                return False
+            finally:
+                client.close()
             if boundary is not None:
                 rules.receive(name, Message.boundary(int(boundary) * bucket_ms))
         return all(rules.stable_ready(b) for b in range(checkpoint.next_bucket, end))

@@ -34,18 +34,53 @@ so the producers keep what a redo from the all-stable checkpoint reads again, wh
 node's queries commits). ``hold_healed=false`` turns off the hold of now-stable buckets in
 failure: a node that redoes on a copy of its query keeps serving, and holding would add the
 budget to every new bucket.
+
+Unreachable inputs (a cut link, a partition). DPC exists to keep producing when an input is
+gone, so the source must not fail the query when a producer cannot be reached:
+
+- The reader's Flight calls on the driver, and its reads of TENTATIVE ranges, have a deadline
+  (``call_timeout_ms``, default 1000; shorter fails healthy calls on a busy machine) and catch
+  exactly the transport failures (unavailable, timed out, cancelled); anything else (an unknown
+  stream, acknowledged data asked for) still fails loudly. On ``latestOffset`` an unreachable
+  input counts as "no new boundary": its last known one is kept, so the DPC rules release
+  tentatively after the budget, exactly as for a producer that went quiet. ``commit`` skips an
+  unreachable input's acknowledgement (acknowledgements only grow: the next commit sends a
+  later one). A failed call drops the client, and clients use a short reconnect backoff, because
+  gRPC otherwise keeps a refused channel in exponential backoff long after the heal.
+- ``read`` runs on executors *after* the driver planned the batch; a batch planned just before a
+  cut would fail if ``read`` fetched its rows from the producer then. So with ``spool_dir``
+  set, the driver copies each input's buckets into a local spool as soon as they are complete
+  for that input (below its boundary), one Arrow IPC file per input and bucket, written to a
+  temporary name then renamed, so a reader sees a whole file or none. The boundary the release
+  rules see for an input is its *spool frontier* (the first bucket not yet spooled), not the
+  producer's boundary: whatever is released stable is already local, so a stable range never
+  needs the network in ``read``. The TENTATIVE part of a range (buckets some input had not
+  closed) is fetched live; for an input that is unreachable then, it contributes what the spool
+  holds (nothing): the tentative result is computed from what is available, which is DPC's rule.
+  The spool is shared by every query of a node (the serving query and a redo copy read the same
+  immutable stable buckets) and trimmed in ``commit`` below the acknowledged bucket, the same
+  one the producers trim at, so what a redo reads again stays (``ack_limit_file`` and
+  ``first_tentative`` hold both). The spool directory must be visible to the executors: a local
+  path is, in local mode (the fragments' deployment); a cluster would need a shared path.
+  Without ``spool_dir`` the reader reads from the producers as before (stable ranges of a cut
+  input then fail the batch).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import time
+import urllib.parse
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.flight as flight
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
@@ -55,6 +90,84 @@ from app.availability.tuples import Message
 from spark_jobs.runtime.transport import StreamClient
 
 KIND_COLUMN = "kind"
+# What a cut link, a partition or a dead producer look like to a Flight client; a server-side
+# error (FlightServerError: unknown stream, acknowledged data) is not among them on purpose.
+UNREACHABLE = (
+    flight.FlightUnavailableError,
+    flight.FlightTimedOutError,
+    flight.FlightCancelledError,
+)
+# gRPC's default reconnect backoff grows to 120 s: after a long cut the channel would stay down
+# long after the heal. A short cap makes the heal visible within a trigger or two.
+_CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 500),
+    ("grpc.use_local_subchannel_pool", 1),
+]
+
+
+class TimedClient(StreamClient):
+    """A StreamClient whose calls have a deadline, so an unreachable input costs a bounded wait
+    (a partition is silence: without a deadline the call would wait for TCP to give up)."""
+
+    def __init__(self, location: str, timeout_s: float) -> None:
+        self.location = location
+        self._client = flight.FlightClient(location, generic_options=_CHANNEL_OPTIONS)
+        self._options = flight.FlightCallOptions(timeout=timeout_s)
+
+    def _action(self, kind: str, **body: Any) -> Any:
+        action = flight.Action(kind, json.dumps(body).encode())
+        results = list(self._client.do_action(action, options=self._options))
+        return json.loads(results[0].body.to_pybytes()) if results else None
+
+    def read(self, stream: str, lo: int, hi: int) -> flight.FlightStreamReader:
+        ticket = flight.Ticket(
+            json.dumps({"op": "read", "stream": stream, "lo": lo, "hi": hi}).encode()
+        )
+        return self._client.do_get(ticket, options=self._options)
+
+
+class Spool:
+    """Complete buckets of the inputs, copied to local files by the driver (see the module
+    docstring): ``<dir>/<location/stream, quoted>/<bucket>.arrow``."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def _folder(self, location: str, stream: str) -> str:
+        return os.path.join(self.directory, urllib.parse.quote(f"{location}/{stream}", safe=""))
+
+    def path(self, location: str, stream: str, bucket: int) -> str:
+        return os.path.join(self._folder(location, stream), f"{bucket}.arrow")
+
+    def has(self, location: str, stream: str, bucket: int) -> bool:
+        return os.path.exists(self.path(location, stream, bucket))
+
+    def put(self, location: str, stream: str, bucket: int, table: pa.Table) -> None:
+        folder = self._folder(location, stream)
+        os.makedirs(folder, exist_ok=True)
+        final = self.path(location, stream, bucket)
+        # A unique temp name: the serving query and a redo copy may spool the same bucket at
+        # once; both write the same rows, and the rename makes either one whole.
+        temp = os.path.join(folder, f".{bucket}.{uuid.uuid4().hex}.tmp")
+        with pa.OSFile(temp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        os.replace(temp, final)
+
+    def get(self, location: str, stream: str, bucket: int) -> list[pa.RecordBatch]:
+        with pa.memory_map(self.path(location, stream, bucket)) as source:
+            return list(pa.ipc.open_file(source).read_all().to_batches())
+
+    def trim(self, location: str, stream: str, below: int) -> None:
+        folder = self._folder(location, stream)
+        if not os.path.isdir(folder):
+            return
+        for name in os.listdir(folder):
+            stem = name.removesuffix(".arrow")
+            if name.endswith(".arrow") and stem.lstrip("-").isdigit() and int(stem) < below:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(folder, name))
 
 
 @dataclass(frozen=True)
@@ -108,6 +221,18 @@ class SUnionReader(DataSourceStreamReader):
         )
         self.ack_limit_file = options.get("ack_limit_file")
         self.hold_healed = options.get("hold_healed", "true") == "true"
+        self.call_timeout_s = int(options.get("call_timeout_ms", "1000")) / 1000
+        if self.call_timeout_s <= 0:
+            raise ValueError(
+                f"SUnion: call_timeout_ms must be positive, got {options['call_timeout_ms']!r}"
+            )
+        spool_dir = options.get("spool_dir")
+        self.spool = Spool(spool_dir) if spool_dir else None
+        # Per input (location/stream): the last info it answered (kept while it is unreachable)
+        # and one past the last bucket known to be in the spool.
+        self._known: dict[str, dict[str, Any]] = {}
+        self._frontier: dict[str, int] = {}
+        self._last_now_ms = 0
 
     def __getstate__(self) -> dict[str, Any]:
         # gRPC channels cannot be pickled; executors open their own in read().
@@ -117,33 +242,102 @@ class SUnionReader(DataSourceStreamReader):
 
     def _client(self, location: str) -> StreamClient:
         if location not in self._clients:
-            self._clients[location] = StreamClient(location)
+            self._clients[location] = TimedClient(location, self.call_timeout_s)
         return self._clients[location]
 
+    def _drop(self, location: str) -> None:
+        # A fresh channel next time: it connects at once after a heal.
+        client = self._clients.pop(location, None)
+        if client is not None:
+            client.close()
+
+    @staticmethod
+    def _key(i: dict[str, str]) -> str:
+        return f"{i['location']}/{i['stream']}"
+
+    def _info(self, i: dict[str, str]) -> dict[str, Any]:
+        """The input's info, or the last one it gave while it is unreachable ("no news")."""
+        key = self._key(i)
+        try:
+            self._known[key] = self._client(i["location"]).info(i["stream"])
+        except UNREACHABLE:
+            self._drop(i["location"])
+        return self._known.get(key, {"boundary": None, "first": None})
+
     def _infos(self) -> list[dict[str, Any]]:
-        return [self._client(i["location"]).info(i["stream"]) for i in self.inputs]
+        return [self._info(i) for i in self.inputs]
+
+    def _boundaries(self, begin: int) -> list[int | None]:
+        """What the release rules may count as complete per input: its boundary, or with a
+        spool its spool frontier (complete buckets are copied here first, so a stable release
+        never depends on the producer being reachable when the batch is read)."""
+        infos = self._infos()
+        if self.spool is None:
+            return [info["boundary"] for info in infos]
+        return [
+            self._fill_spool(i, info["boundary"], begin)
+            for i, info in zip(self.inputs, infos, strict=True)
+        ]
+
+    def _fill_spool(self, i: dict[str, str], boundary: int | None, begin: int) -> int | None:
+        assert self.spool is not None
+        if boundary is None:
+            return None
+        key, location, stream = self._key(i), i["location"], i["stream"]
+        # In failure, from the first tentative bucket: the redo reads those again, stably, and
+        # should find them here even if the link is cut again before it runs.
+        lower = begin if self._first_tentative is None else min(begin, self._first_tentative)
+        bucket = max(lower, self._frontier.get(key, lower))
+        # Bounded: a replay far behind spools a few batches ahead, not the whole backlog.
+        ahead = (self.max_buckets or 16) * 4
+        upto = min(boundary, bucket + ahead)
+        while bucket < upto:
+            if not self.spool.has(location, stream, bucket):
+                try:
+                    table = self._client(location).read(stream, bucket, bucket + 1).read_all()
+                except UNREACHABLE:
+                    self._drop(location)
+                    break
+                self.spool.put(location, stream, bucket, table)
+            bucket += 1
+        self._frontier[key] = bucket
+        return bucket
 
     def initialOffset(self) -> dict[str, int]:
         # A fresh query (no checkpoint) starts at the replay point, else at the oldest bucket
         # any input still holds; a restarted query never calls this (Spark uses its offset log).
         if self.start_bucket is not None:
             return {"bucket": self.start_bucket}
-        firsts = [info["first"] for info in self._infos() if info["first"] is not None]
-        boundaries = [info["boundary"] for info in self._infos() if info["boundary"] is not None]
+        # Every input must answer here (no deadline, no "last known"): starting from a partial
+        # view would start past rows of the input that did not answer.
+        infos = []
+        for i in self.inputs:
+            with StreamClient(i["location"]) as client:
+                infos.append(client.info(i["stream"]))
+        firsts = [info["first"] for info in infos if info["first"] is not None]
+        boundaries = [info["boundary"] for info in infos if info["boundary"] is not None]
         candidates = firsts or boundaries
         return {"bucket": min(candidates) if candidates else 0}
 
     def _now_ms(self) -> int:
         if self.clock_location is not None and self.clock_stream is not None:
-            boundary = self._client(self.clock_location).info(self.clock_stream)["boundary"]
-            return int(boundary) if boundary is not None else 0
+            try:
+                boundary = self._client(self.clock_location).info(self.clock_stream)["boundary"]
+            except UNREACHABLE:
+                # An unreachable clock stands still: nothing becomes due early.
+                self._drop(self.clock_location)
+                return self._last_now_ms
+            self._last_now_ms = int(boundary) if boundary is not None else 0
+            return self._last_now_ms
         return int(time.time() * 1000) - self.clock_offset_ms
 
-    def _dpc_offset(self, start: dict[str, int] | None, boundaries: list[int | None]) -> Any:
+    def _dpc_offset(self, start: dict[str, int] | None) -> Any:
         # The bucket rules are app.availability.sunion's; this only feeds it the boundaries
-        # (rows stay in the logs, read by executors) and asks it which buckets may go now.
+        # (rows stay in the logs or the spool, read by executors) and asks it which buckets may
+        # go now.
         assert self.delay_budget_ms is not None
         begin = start["bucket"] if start else self.initialOffset()["bucket"]
+        boundaries = self._boundaries(begin)
         names = [f"{i['location']}/{i['stream']}" for i in self.inputs]
         rules = SUnion(
             names,
@@ -194,19 +388,17 @@ class SUnionReader(DataSourceStreamReader):
         self, start: dict[str, int] | None = None, limit: Any = None
     ) -> dict[str, int]:
         if self.delay_budget_ms is not None:
-            result: dict[str, int] = self._dpc_offset(
-                start, [info["boundary"] for info in self._infos()]
-            )
+            result: dict[str, int] = self._dpc_offset(start)
             return result
         # Stable path: a bucket is released when every input's boundary has passed it. An input
         # that never sent a boundary holds everything back (DPC's tentative path would release
         # after the delay budget instead; not done here).
-        infos = self._infos()
-        boundaries = [info["boundary"] for info in infos]
         begin = start["bucket"] if start else self.initialOffset()["bucket"]
-        if any(b is None for b in boundaries):
+        boundaries = self._boundaries(begin)
+        known = [b for b in boundaries if b is not None]
+        if len(known) < len(boundaries):
             return {"bucket": begin}
-        end = max(begin, min(boundaries))
+        end = max(begin, min(known))
         if self.max_buckets is not None:
             end = min(end, begin + self.max_buckets)
         return {"bucket": end}
@@ -226,28 +418,63 @@ class SUnionReader(DataSourceStreamReader):
         # UTC throughout (the session time zone and the generator agree).
         target = to_arrow_schema(self.schema, timezone="UTC")
         kinded = KIND_COLUMN in target.names
-        # A fresh client per task: read() runs in executor workers on a pickled copy.
-        with StreamClient(partition.location) as client:
-            reader = client.read(partition.stream, partition.lo, partition.hi)
-            for chunk in reader:
-                batch = chunk.data
-                if not batch.num_rows:
-                    continue
-                if kinded and KIND_COLUMN not in batch.schema.names:
-                    batch = self._with_kind(batch, partition)
-                if batch.schema != target:
-                    # With a kind column, match by name (it was appended last here).
-                    columns = (
-                        [batch.column(field.name) for field in target] if kinded else batch.columns
-                    )
-                    batch = pa.RecordBatch.from_arrays(
-                        [
-                            column.cast(field.type)
-                            for column, field in zip(columns, target, strict=True)
-                        ],
-                        schema=target,
-                    )
-                yield batch
+        for batch in self._batches(partition):
+            if batch.num_rows:
+                yield self._conform(batch, partition, target, kinded)
+
+    def _conform(
+        self, batch: pa.RecordBatch, partition: BucketRange, target: pa.Schema, kinded: bool
+    ) -> pa.RecordBatch:
+        if kinded and KIND_COLUMN not in batch.schema.names:
+            batch = self._with_kind(batch, partition)
+        if batch.schema == target:
+            return batch
+        # With a kind column, match by name (it was appended last here).
+        columns = [batch.column(field.name) for field in target] if kinded else batch.columns
+        return pa.RecordBatch.from_arrays(
+            [column.cast(field.type) for column, field in zip(columns, target, strict=True)],
+            schema=target,
+        )
+
+    def _batches(self, partition: BucketRange) -> Iterator[pa.RecordBatch]:
+        """The range's rows in bucket order: spooled buckets from the spool, runs of the others
+        from the producer (a fresh client per task: read() runs in executor workers on a
+        pickled copy). An unreachable producer is tolerated only for a tentative run."""
+        spool, lo, hi = self.spool, partition.lo, partition.hi
+        bucket = lo
+        while bucket < hi:
+            if spool is not None and spool.has(partition.location, partition.stream, bucket):
+                yield from spool.get(partition.location, partition.stream, bucket)
+                bucket += 1
+                continue
+            end = bucket + 1
+            while end < hi and not (
+                spool is not None and spool.has(partition.location, partition.stream, end)
+            ):
+                end += 1
+            yield from self._live(partition, bucket, end)
+            bucket = end
+
+    def _live(self, partition: BucketRange, lo: int, hi: int) -> list[pa.RecordBatch]:
+        first = partition.tentative_from
+        tentative = first is not None and lo >= first
+        # A stable run must be read whatever it costs (no deadline: on a busy machine a short
+        # one fails healthy reads); a tentative run must not wait for a cut input.
+        client = (
+            TimedClient(partition.location, self.call_timeout_s)
+            if tentative
+            else StreamClient(partition.location)
+        )
+        try:
+            # Whole or nothing: a cut in the middle of the stream must not leave half a run.
+            return [chunk.data for chunk in client.read(partition.stream, lo, hi)]
+        except UNREACHABLE:
+            if tentative:
+                # Tentative: computed from what is available, and this input is not.
+                return []
+            raise
+        finally:
+            client.close()
 
     def _with_kind(self, batch: pa.RecordBatch, partition: BucketRange) -> pa.RecordBatch:
         micros = batch.column("stime").cast(pa.int64()).to_numpy()
@@ -273,7 +500,14 @@ class SUnionReader(DataSourceStreamReader):
         if limit is not None:
             bucket = min(bucket, limit)
         for i in self.inputs:
-            self._client(i["location"]).ack(i["stream"], self.consumer, bucket)
+            try:
+                self._client(i["location"]).ack(i["stream"], self.consumer, bucket)
+            except UNREACHABLE:
+                # Acknowledgements only grow: a later commit sends a later one after the heal.
+                self._drop(i["location"])
+            if self.spool is not None:
+                # The spool keeps what the producers keep: a redo reads it again.
+                self.spool.trim(i["location"], i["stream"], bucket)
 
     def _ack_limit(self) -> int | None:
         if self.ack_limit_file is None:
