@@ -1,10 +1,21 @@
-"""DPC on Spark in wall-clock time: a live two-input query, one input withheld, then healed.
+"""DPC on Spark in wall-clock time: a live two-input query, one input cut off, then healed.
 
-python -m spark_jobs.ha.spark_dpc [--failures 2,5] [--json FILE]
+python -m spark_jobs.ha.spark_dpc [--failures 2,5] [--mode cut|withhold] [--cut refuse|drop]
+    [--json FILE]
 
 Two producers publish one bucket of connection records per second as the wall clock passes its
-end (a live source). From second ``fail_at`` producer B holds its buckets back (its output log
-sees no rows and no BOUNDARY) for ``failure`` seconds, then sends them all. The fragment
+end (a live source). The failure lasts ``failure`` seconds from second ``fail_at``:
+
+- ``cut`` (the default): the fragment reads B through a fault-injecting TCP proxy
+  (``spark_jobs/ha/faultproxy.py``), which is cut half a second before B publishes second
+  ``fail_at`` and healed half a second after it published the last second of the failure. B goes
+  on publishing into its own log; the Spark fragment cannot reach it (``refuse``: connections
+  reset, ``drop``: silence until the calls' deadline). This is the real thing: the SUnion
+  source must survive unreachable Flight calls on the driver and in read().
+- ``withhold``: B holds its buckets back (its output log sees no rows and no BOUNDARY), then
+  sends them all; the network stays up (the earlier simulation, kept for comparison).
+
+The fragment
 (distinct ports per source and 2 s window, stateful) runs on Spark as a DPC node
 (``spark_jobs/runtime/dpc.py``) with X = 3 s; a poller reconciles after the heal. Per run:
 
@@ -34,7 +45,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pyspark.sql import SparkSession
 
@@ -43,6 +54,7 @@ from app.availability.sunion import DelayStrategy
 from app.availability.tuples import Kind
 from spark_jobs.fragments import CONNECTION_SCHEMA, distinct_port_counts
 from spark_jobs.generators import ConnectionGenerator, RateSchedule
+from spark_jobs.ha.faultproxy import CutMode, FaultProxy
 from spark_jobs.runtime import FragmentRuntime, FragmentSpec, StreamClient, StreamRef, publish
 from spark_jobs.runtime.dpc import DPCFragment, DPCSettings
 from spark_jobs.runtime.transport import StreamServer
@@ -51,6 +63,7 @@ BUCKET = 1.0
 WINDOW = 2
 SOURCE_A = ConnectionGenerator(seed=21, schedule=RateSchedule.constant(40), scan_rate=4)
 SOURCE_B = ConnectionGenerator(seed=22, schedule=RateSchedule.constant(40), scan_rate=4)
+FailureMode = Literal["cut", "withhold"]
 
 
 def _spec(name: str, a: StreamRef, b: StreamRef, out: StreamRef) -> FragmentSpec:
@@ -113,21 +126,41 @@ def _produce(
     fail_at: int,
     failure: int,
     stop: threading.Event,
+    withhold: bool = True,
 ) -> None:
-    """Publish second s of each source once the wall clock passes t0 + s + 1 (its end)."""
+    """Publish second s of each source once the wall clock passes t0 + s + 1 (its end); with
+    ``withhold``, B holds back the seconds of the failure until it ends."""
     held: list[int] = []
     with StreamClient(a.location) as ca, StreamClient(b.location) as cb:
         for second in range(seconds):
             if stop.wait(max(0.0, t0 + second + 1 - time.time())):
                 return
             publish(ca, "a", SOURCE_A.second(second), BUCKET)
-            if fail_at <= second < fail_at + failure:
+            if withhold and fail_at <= second < fail_at + failure:
                 held.append(second)
             else:
                 for late in held:
                     publish(cb, "b", SOURCE_B.second(late), BUCKET)
                 held.clear()
                 publish(cb, "b", SOURCE_B.second(second), BUCKET)
+
+
+def _cut_and_heal(
+    proxy: FaultProxy,
+    mode: CutMode,
+    cut_at: float,
+    heal_at: float,
+    times: dict[str, float],
+    stop: threading.Event,
+) -> None:
+    if stop.wait(max(0.0, cut_at - time.time())):
+        return
+    proxy.cut(mode)
+    times["failure_at"] = time.time()
+    if stop.wait(max(0.0, heal_at - time.time())):
+        return
+    proxy.heal()
+    times["heal_at"] = time.time()
 
 
 def run(
@@ -140,11 +173,21 @@ def run(
     seconds: int,
     fail_at: int = 4,
     max_delay: float = 3.0,
+    mode: FailureMode = "cut",
+    cut_mode: CutMode = "refuse",
 ) -> dict[str, Any]:
+    if mode not in ("cut", "withhold"):
+        raise ValueError(f"spark_dpc.run: mode must be 'cut' or 'withhold', got {mode!r}")
     a, b, home = StreamServer(), StreamServer(), StreamServer()
-    host = FragmentRuntime(f"dpc-{strategy}-{failure}", spark, root / f"{strategy}-{failure}")
+    host = FragmentRuntime(
+        f"dpc-{strategy}-{failure}", spark, root / f"{mode}-{strategy}-{failure}"
+    )
     stop = threading.Event()
     producer: threading.Thread | None = None
+    cutter: threading.Thread | None = None
+    # The link from B to the fragment: all of B's traffic to it goes through here.
+    proxy = FaultProxy(b.port) if mode == "cut" else None
+    times: dict[str, float] = {}
     try:
         _declared(a, "a").close()
         _declared(b, "b").close()
@@ -158,15 +201,30 @@ def run(
         spec = _spec(
             "ports",
             StreamRef(a.location, "a"),
-            StreamRef(b.location, "b"),
+            StreamRef(proxy.location if proxy is not None else b.location, "b"),
             StreamRef(home.location, "out"),
         )
         node = DPCFragment(host, spec, settings, epoch=0)
         node.start(replay_from=round(epoch_ms / 1000 / BUCKET))
         producer = threading.Thread(
-            target=_produce, args=(a, b, t0, seconds, fail_at, failure, stop), daemon=True
+            target=_produce,
+            args=(a, b, t0, seconds, fail_at, failure, stop, proxy is None),
+            daemon=True,
         )
         producer.start()
+        if proxy is not None:
+            # Second s is published at t0 + s + 1: cut before fail_at's, heal after the last's.
+            cut_at, heal_at = t0 + fail_at + 0.5, t0 + fail_at + failure + 0.5
+            cutter = threading.Thread(
+                target=_cut_and_heal,
+                args=(proxy, cut_mode, cut_at, heal_at, times, stop),
+                daemon=True,
+            )
+            cutter.start()
+        else:
+            # Withholding: B's first held bucket would have gone at t0 + fail_at + 1.
+            times["failure_at"] = t0 + fail_at + 1
+            times["heal_at"] = t0 + fail_at + failure + 1
         healed_at: float | None = None
         deadline = t0 + seconds + 60
         while time.time() < deadline:
@@ -203,9 +261,21 @@ def run(
         row_baseline = statistics.median(before) if before else 0.0
         got = _rows(home, "out")
         rec_done = [sent for sent, m in messages if m.kind is Kind.REC_DONE]
+        heal_time = times.get("heal_at")
         return {
             "failure_s": failure,
+            # Wall time of stime 0 of the data: reports give times relative to it.
+            "t0": t0,
+            "mode": mode if proxy is None else f"cut:{cut_mode}",
             "strategy": str(strategy),
+            "failure_at": times.get("failure_at"),
+            "heal_at": heal_time,
+            "tentative_before_heal": sum(
+                1
+                for sent, m in messages
+                if m.kind is Kind.TENTATIVE and heal_time is not None and sent <= heal_time
+            ),
+            "rec_dones": len(rec_done),
             "max_delay_s": max_delay,
             "tentative_tuples": sum(1 for _, m in messages if m.kind is Kind.TENTATIVE),
             "corrections": node.sink.rules.corrections_sent,
@@ -230,6 +300,7 @@ def run(
                 else None
             ),
             "final_state": str(node.state),
+            "history": [[str(state), at] for state, at in node.sink.history],
             "output_matches_reference": got == expected,
             # Where they differ, by window end (seconds into the run): the diagnosis.
             "missing_windows": sorted({_second(r[0], epoch_ms) for r in expected if r not in got}),
@@ -238,9 +309,12 @@ def run(
         }
     finally:
         stop.set()
-        if producer is not None:
-            producer.join()
+        for thread in (producer, cutter):
+            if thread is not None:
+                thread.join()
         host.close()
+        if proxy is not None:
+            proxy.close()
         for server in (a, b, home):
             server.shutdown()
 
@@ -249,6 +323,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--failures", default="2,5", help="failure durations, seconds")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--mode", choices=["cut", "withhold"], default="cut", help="how B fails (see above)"
+    )
+    parser.add_argument(
+        "--cut", choices=["refuse", "drop"], default="refuse", help="cut mode of the proxy"
+    )
     args = parser.parse_args(argv)
     failures = [int(f) for f in args.failures.split(",")]
     from spark_jobs.session import build_session
@@ -268,8 +348,10 @@ def main(argv: list[str] | None = None) -> int:
                     strategy=strategy,
                     expected=expected,
                     seconds=seconds,
+                    mode=args.mode,
+                    cut_mode=args.cut,
                 )
-                brief = {k: v for k, v in result.items() if k != "batches"}
+                brief = {k: v for k, v in result.items() if k not in ("batches", "history")}
                 print(json.dumps(brief), flush=True)
                 results.append(result)
     spark.stop()
