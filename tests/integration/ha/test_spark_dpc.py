@@ -10,7 +10,6 @@ stable output equals the reference, with each row once.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 
@@ -22,63 +21,28 @@ from app.availability.states import NodeState
 from app.availability.sunion import DelayStrategy
 from app.availability.tuples import Kind
 from spark_jobs.fragments import CONNECTION_SCHEMA
-from spark_jobs.generators import ConnectionGenerator, RateSchedule
-from spark_jobs.generators.connections import bucket_of
-from spark_jobs.runtime import FragmentRuntime, StreamRef, StreamServer, publish
+from spark_jobs.runtime import FragmentRuntime, StreamRef, publish
 from spark_jobs.runtime.dpc import DPCFragment, DPCSettings, consumer_view
 from spark_jobs.runtime.sunion import SUnionReader
-from tests.integration.runtime.conftest import BUCKET, GENERATOR, declare, ports_fragment, rows
+from tests.integration.ha.spark_dpc_support import (
+    FIRST,
+    OTHER,
+    SECONDS,
+    X,
+    ms,
+    reference,
+    spec,
+    withheld_inputs,
+)
+from tests.integration.runtime.conftest import BUCKET, rows
 
-SECONDS = 10
 WITHHELD_FROM = 4
-OTHER = ConnectionGenerator(seed=12, schedule=RateSchedule.constant(40), scan_rate=4)
-X = 3.0
-FIRST = bucket_of(round(GENERATOR.epoch.timestamp() * 1_000_000), BUCKET)
 
 
-def _ms(bucket: int) -> int:
-    return bucket * round(BUCKET * 1000)
-
-
-@pytest.fixture
-def servers():
-    made = {"a": StreamServer(), "b": StreamServer(), "home": StreamServer()}
-    try:
-        yield made
-    finally:
-        for server in made.values():
-            server.shutdown()
-
-
-def _spec(servers, suffix: str):
-    base = ports_fragment(
-        f"ports{suffix}", servers["a"], f"a{suffix}", servers["home"], f"out{suffix}"
-    )
-    return dataclasses.replace(
-        base,
-        inputs=(
-            StreamRef(servers["a"].location, f"a{suffix}"),
-            StreamRef(servers["b"].location, f"b{suffix}"),
-        ),
-    )
-
-
-def _reference(servers, host: FragmentRuntime) -> list[tuple]:
-    with declare(servers["a"], "a-ref") as a, declare(servers["b"], "b-ref") as b:
-        publish(a, "a-ref", GENERATOR.seconds(0, SECONDS), BUCKET)
-        publish(b, "b-ref", OTHER.seconds(0, SECONDS), BUCKET)
-    declare(servers["home"], "out-ref").close()
-    host.start(_spec(servers, "-ref"), epoch=0).processAllAvailable()
-    host.stop("ports-ref")
-    out = rows(servers["home"].log.table("out-ref"))
-    assert len({r[0] for r in out}) >= 2, "the reference must close two windows to compare"
-    return out
-
-
-def _reader(servers, settings: DPCSettings, schema: StructType = CONNECTION_SCHEMA, **extra):
+def _reader(dpc_servers, settings: DPCSettings, schema: StructType = CONNECTION_SCHEMA, **extra):
     inputs = [
-        {"location": servers["a"].location, "stream": "a"},
-        {"location": servers["b"].location, "stream": "b"},
+        {"location": dpc_servers["a"].location, "stream": "a"},
+        {"location": dpc_servers["b"].location, "stream": "b"},
     ]
     options = {
         "inputs": json.dumps(inputs),
@@ -89,41 +53,35 @@ def _reader(servers, settings: DPCSettings, schema: StructType = CONNECTION_SCHE
     return SUnionReader(options, schema)
 
 
-def _streams(servers):
-    clock = declare(servers["home"], "clock")
-    a, b = declare(servers["a"], "a"), declare(servers["b"], "b")
-    publish(a, "a", GENERATOR.seconds(0, SECONDS), BUCKET)
-    publish(b, "b", OTHER.seconds(0, WITHHELD_FROM), BUCKET)
-    return clock, a, b
-
-
 @pytest.mark.parametrize("strategy", list(DelayStrategy))
-def test_source_releases_by_the_delay_strategy_of_the_paper(servers, strategy):
+def test_source_releases_by_the_delay_strategy_of_the_paper(dpc_servers, strategy):
     """Driven directly (no Spark): which offsets the source hands Spark at which clock value."""
-    clock, a, b = _streams(servers)
-    settings = DPCSettings(X, strategy=strategy, clock=StreamRef(servers["home"].location, "clock"))
+    clock, a, b = withheld_inputs(dpc_servers, WITHHELD_FROM)
+    settings = DPCSettings(
+        X, strategy=strategy, clock=StreamRef(dpc_servers["home"].location, "clock")
+    )
     budget = settings.delay_budget_ms
     withheld = FIRST + WITHHELD_FROM
-    r = _reader(servers, settings, start_bucket=str(FIRST))
+    r = _reader(dpc_servers, settings, start_bucket=str(FIRST))
     try:
         start = r.initialOffset()
-        clock.advance("clock", _ms(withheld))
+        clock.advance("clock", ms(withheld))
         end = r.latestOffset(start, None)
         assert end == {"bucket": withheld}, "stable buckets go at once, without the budget"
-        clock.advance("clock", _ms(withheld + 1) + budget - 1)
+        clock.advance("clock", ms(withheld + 1) + budget - 1)
         assert r.latestOffset(end, None) == end, "within the budget nothing is released"
-        clock.advance("clock", _ms(withheld + 1) + budget)
+        clock.advance("clock", ms(withheld + 1) + budget)
         first_tentative = r.latestOffset(end, None)
         # DELAY_EACH: bucket 4 only (5's own budget has not passed). DELAY_FIRST: once the
         # failure has cost its first delay, every bucket that has ended on the clock goes too
         # (now = end of 5 + 2.7 s, so 5 and 6), none that has not.
-        clock_now = _ms(withheld + 1) + budget
-        ended = clock_now // _ms(1)
+        clock_now = ms(withheld + 1) + budget
+        ended = clock_now // ms(1)
         if strategy is DelayStrategy.DELAY_EACH:
             assert first_tentative == {"bucket": withheld + 1, "tentative_from": withheld}
         else:
             assert first_tentative == {"bucket": ended, "tentative_from": withheld}
-        clock.advance("clock", clock_now + _ms(1))
+        clock.advance("clock", clock_now + ms(1))
         following = r.latestOffset(first_tentative, None)
         assert following["tentative_from"] == first_tentative["bucket"]
         if strategy is DelayStrategy.DELAY_EACH:
@@ -134,7 +92,7 @@ def test_source_releases_by_the_delay_strategy_of_the_paper(servers, strategy):
         publish(b, "b", OTHER.seconds(WITHHELD_FROM, SECONDS), BUCKET)
         assert r.latestOffset(following, None) == following
         waiting = following["bucket"]
-        clock.advance("clock", _ms(waiting + 1) + budget)
+        clock.advance("clock", ms(waiting + 1) + budget)
         assert r.latestOffset(following, None)["bucket"] == waiting + 1
         # Producers keep every bucket from the first tentative one: the redo reads them again.
         r.commit(following)
@@ -145,14 +103,14 @@ def test_source_releases_by_the_delay_strategy_of_the_paper(servers, strategy):
             client.close()
 
 
-def test_source_fills_a_declared_kind_column_per_bucket(servers):
-    clock, a, b = _streams(servers)
-    settings = DPCSettings(X, clock=StreamRef(servers["home"].location, "clock"))
+def test_source_fills_a_declared_kind_column_per_bucket(dpc_servers):
+    clock, a, b = withheld_inputs(dpc_servers, WITHHELD_FROM)
+    settings = DPCSettings(X, clock=StreamRef(dpc_servers["home"].location, "clock"))
     schema = StructType([*CONNECTION_SCHEMA.fields, StructField("kind", StringType())])
     withheld = FIRST + WITHHELD_FROM
-    r = _reader(servers, settings, schema, start_bucket=str(withheld - 1))
+    r = _reader(dpc_servers, settings, schema, start_bucket=str(withheld - 1))
     try:
-        clock.advance("clock", _ms(withheld + 1) + settings.delay_budget_ms)
+        clock.advance("clock", ms(withheld + 1) + settings.delay_budget_ms)
         start = r.initialOffset()
         end = r.latestOffset(start, None)
         assert end == {"bucket": withheld + 1, "tentative_from": withheld}
@@ -172,36 +130,33 @@ def test_source_fills_a_declared_kind_column_per_bucket(servers):
 
 
 @pytest.mark.spark
-def test_withheld_input_goes_tentative_then_reconciles_to_the_reference(spark, servers, tmp_path):
+def test_withheld_input_goes_tentative_then_reconciles_to_the_reference(
+    spark, dpc_servers, tmp_path
+):
     host = FragmentRuntime("H", spark, tmp_path / "H")
     try:
-        expected = _reference(servers, host)
+        expected = reference(dpc_servers, host)
 
-        clock = declare(servers["home"], "clock")
-        a = declare(servers["a"], "a")
-        b = declare(servers["b"], "b")
-        declare(servers["home"], "out").close()
-        settings = DPCSettings(X, clock=StreamRef(servers["home"].location, "clock"))
+        clock, a, b = withheld_inputs(dpc_servers, WITHHELD_FROM)
+        settings = DPCSettings(X, clock=StreamRef(dpc_servers["home"].location, "clock"))
         budget = settings.delay_budget_ms
         assert budget == 2700
         withheld = FIRST + WITHHELD_FROM
-        clock.advance("clock", _ms(withheld))
-        publish(a, "a", GENERATOR.seconds(0, SECONDS), BUCKET)
-        publish(b, "b", OTHER.seconds(0, WITHHELD_FROM), BUCKET)
+        clock.advance("clock", ms(withheld))
 
-        node = DPCFragment(host, _spec(servers, ""), settings, epoch=0)
+        node = DPCFragment(host, spec(dpc_servers, ""), settings, epoch=0)
         node.start().processAllAvailable()
         assert node.state is NodeState.STABLE
         assert node.sink.processed_end == withheld
 
         # A failure shorter than the budget costs no tentative output.
-        clock.advance("clock", _ms(withheld + 1) + budget - 1)
+        clock.advance("clock", ms(withheld + 1) + budget - 1)
         node.query().processAllAvailable()
         assert node.state is NodeState.STABLE
         assert node.sink.processed_end == withheld
 
         # Budget passed for bucket 4: it goes out tentatively, and only it (5 is not due yet).
-        clock.advance("clock", _ms(withheld + 1) + budget)
+        clock.advance("clock", ms(withheld + 1) + budget)
         node.query().processAllAvailable()
         assert node.state is NodeState.UP_FAILURE
         assert node.sink.processed_end == withheld + 1
@@ -210,13 +165,13 @@ def test_withheld_input_goes_tentative_then_reconciles_to_the_reference(spark, s
 
         # The failure goes on: each later bucket goes out as soon as its own budget passes.
         last = FIRST + SECONDS - 1
-        clock.advance("clock", _ms(last + 1) + budget)
+        clock.advance("clock", ms(last + 1) + budget)
         node.query().processAllAvailable()
         assert node.sink.processed_end == last + 1
         tentative = [m.row for _, m in node.sink.messages if m.kind is Kind.TENTATIVE]
         assert tentative, "windows closed by tentative buckets must come out tentatively"
-        assert servers["home"].log.info("out")["boundary"] is None or (
-            servers["home"].log.info("out")["boundary"] <= withheld
+        assert dpc_servers["home"].log.info("out")["boundary"] is None or (
+            dpc_servers["home"].log.info("out")["boundary"] <= withheld
         ), "no stable boundary may be promised past the tentative buckets"
         assert not node.poll(), "nothing to reconcile while B is still missing"
 
@@ -247,7 +202,7 @@ def test_withheld_input_goes_tentative_then_reconciles_to_the_reference(spark, s
             time.sleep(0.1)
         assert node.state is NodeState.STABLE
 
-        assert rows(servers["home"].log.table("out")) == expected
+        assert rows(dpc_servers["home"].log.table("out")) == expected
         kinds = [m.kind for _, m in node.sink.messages]
         assert kinds.count(Kind.UNDO) == 1
         assert kinds.count(Kind.REC_DONE) == 1
@@ -265,7 +220,7 @@ def test_withheld_input_goes_tentative_then_reconciles_to_the_reference(spark, s
             "tentative counts without B must differ from the corrected ones"
         )
         # The same sequence is on the wire, in sending order, for remote consumers.
-        wire = servers["home"].log.table("out.dpc").sort_by("seq").column("kind").to_pylist()
+        wire = dpc_servers["home"].log.table("out.dpc").sort_by("seq").column("kind").to_pylist()
         assert wire == [k.value for k in kinds]
         node.runtime.stop("ports")
         for client in (clock, a, b):

@@ -24,18 +24,17 @@ from app.availability.states import NodeState
 from app.availability.tuples import Kind, Message, Row
 from spark_jobs.runtime import FragmentRuntime, StreamRef, StreamServer, publish
 from spark_jobs.runtime.dpc import DPCFragment, DPCSettings, consumer_view
-from tests.integration.ha.test_spark_dpc import (
-    BUCKET,
+from tests.integration.ha.spark_dpc_support import (
     FIRST,
-    GENERATOR,
     OTHER,
     SECONDS,
     X,
-    _ms,
-    _reference,
-    _spec,
+    ms,
+    reference,
+    spec,
+    withheld_inputs,
 )
-from tests.integration.runtime.conftest import declare, rows
+from tests.integration.runtime.conftest import BUCKET, rows
 
 REPO = Path(__file__).resolve().parents[3]
 # Later than test_spark_dpc's failure, so that windows were sent stably before it: the restarted
@@ -51,7 +50,7 @@ def child(root: Path, a: str, b: str, home: str, target: int) -> int:
     # The fragment's spec needs only the servers' locations.
     servers = {"a": _Located(a), "b": _Located(b), "home": _Located(home)}
     settings = DPCSettings(X, clock=StreamRef(home, "clock"))
-    node = DPCFragment(host, _spec(servers, ""), settings, epoch=0)
+    node = DPCFragment(host, spec(servers, ""), settings, epoch=0)
     print(json.dumps({"resumed": node.resumed, "state": str(node.state)}), flush=True)
     node.start()
     try:
@@ -143,39 +142,26 @@ def _wire(server: StreamServer) -> list[tuple[int, Message]]:
     return out
 
 
-@pytest.fixture
-def servers():
-    made = {"a": StreamServer(), "b": StreamServer(), "home": StreamServer()}
-    try:
-        yield made
-    finally:
-        for server in made.values():
-            server.shutdown()
-
-
 @pytest.mark.spark
-def test_driver_killed_in_failure_reconciles_after_restart(spark, servers, tmp_path):
+def test_driver_killed_in_failure_reconciles_after_restart(spark, dpc_servers, tmp_path):
+    servers = dpc_servers
     host = FragmentRuntime("ref", spark, tmp_path / "ref")
     try:
-        expected = _reference(servers, host)
+        expected = reference(servers, host)
     finally:
         host.close()
     budget = DPCSettings(X).delay_budget_ms
     withheld = FIRST + WITHHELD_FROM
     last = FIRST + SECONDS - 1
-    clock = declare(servers["home"], "clock")
-    a, b = declare(servers["a"], "a"), declare(servers["b"], "b")
-    declare(servers["home"], "out").close()
-    clock.advance("clock", _ms(withheld))
-    publish(a, "a", GENERATOR.seconds(0, SECONDS), BUCKET)
-    publish(b, "b", OTHER.seconds(0, WITHHELD_FROM), BUCKET)
+    clock, a, b = withheld_inputs(servers, WITHHELD_FROM)
+    clock.advance("clock", ms(withheld))
     root = tmp_path / "H"
 
     first = _spawn(root, servers, last + 1, tmp_path / "first.log")
     try:
         _wait(lambda: _saved(root).get("processed_end") == withheld, "the stable prefix", first)
         # Two buckets go out tentatively, then the driver dies in UP_FAILURE.
-        clock.advance("clock", _ms(withheld + 2) + budget)
+        clock.advance("clock", ms(withheld + 2) + budget)
         _wait(
             lambda: (
                 _saved(root).get("processed_end") == withheld + 2
@@ -199,7 +185,7 @@ def test_driver_killed_in_failure_reconciles_after_restart(spark, servers, tmp_p
         started = json.loads(second.stdout.readline())
         assert started == {"resumed": True, "state": "UP_FAILURE"}
         # Still in failure after the restart: the rest goes out tentatively, then B heals.
-        clock.advance("clock", _ms(last + 1) + budget)
+        clock.advance("clock", ms(last + 1) + budget)
         _wait(lambda: _saved(root).get("processed_end") == last + 1, "the tentative rest", second)
         assert _saved(root)["state"] == "UP_FAILURE"
         publish(b, "b", OTHER.seconds(WITHHELD_FROM, SECONDS), BUCKET)
