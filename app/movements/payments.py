@@ -7,10 +7,8 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.contracts import service as contracts
 from app.models import (
     Contract,
-    ContractStatus,
     LedgerEntry,
     Movement,
     MovementStatus,
@@ -19,6 +17,8 @@ from app.models import (
 )
 from app.movements import replicas, repository
 from app.movements.hops import CommittedMove, active_hops
+from app.movements.ledger import charge_hops
+from app.movements.replicas import REPLICA_KIND
 
 
 def _accrued_from(session: Session, task: Task) -> datetime | None:
@@ -26,8 +26,12 @@ def _accrued_from(session: Session, task: Task) -> datetime | None:
     if not moves:
         return None
     last_move = moves[-1].finished_at
+    # The primary's own charges only: a replica of the task is charged on its own clock
+    # (``replicas.accrued_at``), and its entries must not hide an uncharged primary interval.
     last_entry = session.scalar(
-        select(func.max(LedgerEntry.at)).where(LedgerEntry.task_id == task.id)
+        select(func.max(LedgerEntry.at)).where(
+            LedgerEntry.task_id == task.id, LedgerEntry.kind != REPLICA_KIND
+        )
     )
     candidates = [t for t in (last_move, last_entry) if t is not None]
     return max(candidates) if candidates else None
@@ -42,28 +46,18 @@ def accrue_task(session: Session, task: Task, now: datetime) -> float:
     start = _accrued_from(session, task)
     if start is None or now <= start:
         return 0.0
-    seconds = (now - start).total_seconds()
     moves = [
         CommittedMove(src=m.from_id, dst=m.to_id, contract_id=m.contract_id, price=m.price)
         for m in repository.committed_for_task(session, task.id)
     ]
-    total = 0.0
-    for hop in active_hops(task.owner_id, moves):
-        contract = session.get(Contract, hop.contract_id) if hop.contract_id else None
-        if contract is None or contract.status is not ContractStatus.active or task.load <= 0:
-            continue
-        entry = contracts.accrue(
-            session,
-            contract,
-            payer_id=hop.payer,
-            payee_id=hop.payee,
-            load=task.load,
-            price=hop.price,
-            seconds=seconds,
-            task_id=task.id,
-        )
-        entry.at = now
-        total += entry.amount
+    total = charge_hops(
+        session,
+        active_hops(task.owner_id, moves),
+        load=task.load,
+        seconds=(now - start).total_seconds(),
+        task_id=task.id,
+        now=now,
+    )
     session.flush()
     return total
 
@@ -84,3 +78,33 @@ def accrue_contract(session: Session, contract: Contract, now: datetime) -> None
         hops = replicas.paid_hops(replica, task.owner_id) if task is not None else []
         if any(hop.contract_id == contract.id for hop in hops):
             replicas.accrue(session, replica, now)
+
+
+def accrue_participant(session: Session, participant_id: int, now: datetime) -> float:
+    """Bring up to ``now`` the payments a participant's heartbeat vouches for; returns the total.
+
+    The tasks it owns and has shed (it pays for them), and every replica it owns or hosts: a
+    replica's load is paid like any other load, and its host's heartbeat keeps the payments
+    current when the owner's side is what failed (which is when a replica matters).
+    """
+    total = 0.0
+    for task in session.scalars(
+        select(Task)
+        .where(Task.owner_id == participant_id, Task.host_id != participant_id)
+        .order_by(Task.id)
+    ):
+        total += accrue_task(session, task, now)
+    owned = select(Task.id).where(Task.owner_id == participant_id)
+    # Locked, in id order: the owner's and the host's heartbeats may charge one replica at the
+    # same moment; the second then reads the first's ``accrued_at`` instead of charging the
+    # same interval again (or failing on the replica's version).
+    for replica in session.scalars(
+        select(Replica)
+        .where((Replica.participant_id == participant_id) | Replica.task_id.in_(owned))
+        .order_by(Replica.id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    ):
+        total += replicas.accrue(session, replica, now)
+    session.flush()
+    return total

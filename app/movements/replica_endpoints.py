@@ -47,5 +47,5 @@ def report_state(
     task: str, body: ReplicaStateUpdate, me: CurrentPrincipal, session: SessionDep
 ) -> ReplicaRead:
     """The hosting agent reports its replica's DPC state (STABLE, UP_FAILURE, STABILIZATION)."""
-    replica = replicas.report_state(session, me, task, body.state)
+    replica = replicas.report_state(session, me, task, body.state, body.epoch)
     return replicas.to_read(session, [replica])[0]

@@ -21,6 +21,11 @@ class ReplicaStateUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     state: Literal["STABLE", "UP_FAILURE", "STABILIZATION"]
+    epoch: int | None = Field(
+        default=None,
+        ge=0,
+        description="The replica epoch the reporting host holds; an older one is refused (409).",
+    )
 
 
 class ReplicaRead(BaseModel):
@@ -31,6 +36,8 @@ class ReplicaRead(BaseModel):
     load: float
     price: float | None
     contract_id: int | None
+    # The replica's fencing token, raised on each of its moves (the primary's is the task's).
+    epoch: int
     # The reported DPC state, or FAILED when the host's heartbeats have stopped.
     state: str
     reported_state: str

@@ -16,12 +16,15 @@ from sqlalchemy.orm import Session
 from app.audit import service as audit
 from app.auth.principal import Principal
 from app.availability import PlacementError, ReplicaCandidate, place_replicas
-from app.contracts import service as contracts
 from app.db.base import utcnow
 from app.errors import Conflict, Forbidden, InvalidInput, NotFound
 from app.models import Contract, ContractStatus, Participant, Replica, ReplicaTechnique, Task
 from app.movements.hops import CommittedMove, Hop, after_move
+from app.movements.ledger import charge_hops
 from app.movements.replica_schemas import ReplicaRead
+
+# The ledger kind of a replica's payments (a primary's are "accrual").
+REPLICA_KIND = "replica"
 
 
 def _task(session: Session, name: str) -> Task:
@@ -136,28 +139,21 @@ def paid_hops(replica: Replica, owner_id: int) -> list[Hop]:
 def accrue(session: Session, replica: Replica, now: datetime) -> float:
     """Charge every paid hop of the replica's load since the last charge (0 without one)."""
     seconds = (now - replica.accrued_at).total_seconds()
+    if seconds <= 0:
+        return 0.0  # never move the clock back: an interval would be charged twice
     task = session.get(Task, replica.task_id)
     replica.accrued_at = now
-    if seconds <= 0 or task is None or replica.load <= 0:
+    if task is None:
         return 0.0
-    total = 0.0
-    for hop in paid_hops(replica, task.owner_id):
-        contract = session.get(Contract, hop.contract_id) if hop.contract_id else None
-        if contract is None or contract.status is not ContractStatus.active:
-            continue
-        entry = contracts.accrue(
-            session,
-            contract,
-            payer_id=hop.payer,
-            payee_id=hop.payee,
-            load=replica.load,
-            price=hop.price,
-            seconds=seconds,
-            task_id=task.id,
-        )
-        entry.kind = "replica"
-        total += entry.amount
-    return total
+    return charge_hops(
+        session,
+        paid_hops(replica, task.owner_id),
+        load=replica.load,
+        seconds=seconds,
+        task_id=task.id,
+        now=now,
+        kind=REPLICA_KIND,
+    )
 
 
 def hosted_by(session: Session, task_id: int, participant_id: int) -> Replica | None:
@@ -212,8 +208,14 @@ def promoted(session: Session, task_id: int, participant_id: int, now: datetime)
     session.flush()
 
 
-def report_state(session: Session, principal: Principal, task_name: str, state: str) -> Replica:
-    """The hosting participant reports its replica's DPC state (and is paid up to now)."""
+def report_state(
+    session: Session, principal: Principal, task_name: str, state: str, epoch: int | None = None
+) -> Replica:
+    """The hosting participant reports its replica's DPC state (and is paid up to now).
+
+    With ``epoch``, a report from an older incarnation of the replica (the participant hosted
+    it before a move away and back) is refused, as an old primary host's writes are.
+    """
     if principal.participant_id is None:
         raise InvalidInput("only the hosting participant reports a replica's state", field="state")
     task = _task(session, task_name)
@@ -224,6 +226,13 @@ def report_state(session: Session, principal: Principal, task_name: str, state: 
     )
     if replica is None:
         raise NotFound(f"you host no replica of {task_name!r}", field="task")
+    if epoch is not None and epoch != replica.lease_epoch:
+        what = "stale" if epoch < replica.lease_epoch else "unknown"
+        raise Conflict(
+            f"{what} replica epoch {epoch}: the replica of {task_name!r} is at epoch "
+            f"{replica.lease_epoch}",
+            field="epoch",
+        )
     now = utcnow()
     accrue(session, replica, now)
     if replica.state != state:
@@ -267,6 +276,7 @@ def to_read(session: Session, replicas: list[Replica]) -> list[ReplicaRead]:
                 load=r.load,
                 price=r.price,
                 contract_id=r.contract_id,
+                epoch=r.lease_epoch,
                 state="FAILED" if host.liveness == "failed" else r.state,
                 reported_state=r.state,
                 host_liveness=host.liveness,

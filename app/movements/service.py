@@ -37,6 +37,51 @@ from app.participants import repository as participants
 PREPARE_TIMEOUT = timedelta(seconds=60)
 
 
+MARKET = (MovementReason.load, MovementReason.move_back)
+
+
+def _lock_for_move(session: Session, task: Task, *, market: bool, field: str) -> Task:
+    """The task's row, locked for the rest of the transaction (every decision about one task is
+    serialised: at most one movement in flight, whatever the copy), once it may move now."""
+    locked = repository.task_for_update(session, task.id)
+    assert locked is not None  # the caller holds the task, read in this transaction
+    if market and locked.pinned:
+        raise Conflict(
+            f"task {task.name} is pinned by an admin; the market may not move it", field=field
+        )
+    if repository.prepared_for_task(session, task.id) is not None:
+        raise Conflict(f"task {task.name} is already being moved", field=field)
+    return locked
+
+
+def _check_not_suspended(target: Participant) -> None:
+    if target.status is ParticipantStatus.suspended:
+        raise Conflict(f"{target.name} is suspended and may not take tasks", field="to")
+
+
+def _sold_load(session: Session, movement: Movement, task: Task) -> float | None:
+    """The load the offer behind ``movement`` sold of ``task`` (as the offer measured it), which
+    payments charge from the commit on; None outside an offer or when it named none."""
+    if movement.offer_id is None:
+        return None
+    offer = session.get(Offer, movement.offer_id)
+    sold = offer.detail.get("loads", {}).get(task.name) if offer is not None else None
+    return float(sold) if sold is not None else None
+
+
+def _prepared(
+    session: Session, principal: Principal, movement_id: int, *, receiver_only: bool = False
+) -> Movement:
+    """The movement, locked, visible to ``principal`` (404 otherwise), to be decided by its
+    receiver when ``receiver_only`` (403), and still prepared (409)."""
+    movement = _visible(session, principal, movement_id, for_update=True)
+    if receiver_only and not principal.is_admin and principal.participant_id != movement.to_id:
+        raise Forbidden("only the receiving participant commits a movement", field="id")
+    if movement.status is not MovementStatus.prepared:
+        raise Conflict(f"movement {movement.id} is {movement.status.value}", field="status")
+    return movement
+
+
 def prepare(
     session: Session,
     task: Task,
@@ -48,19 +93,11 @@ def prepare(
     price: float | None = None,
     offer_id: int | None = None,
 ) -> Movement:
-    locked = repository.task_for_update(session, task.id)
-    assert locked is not None
-    if locked.pinned and reason in (MovementReason.load, MovementReason.move_back):
-        raise Conflict(
-            f"task {task.name} is pinned by an admin; the market may not move it", field="tasks"
-        )
-    if repository.prepared_for_task(session, task.id) is not None:
-        raise Conflict(f"task {task.name} is already being moved", field="tasks")
+    market = reason in MARKET
+    locked = _lock_for_move(session, task, market=market, field="tasks")
     if target.id == locked.host_id:
         raise InvalidInput(f"{target.name} already hosts task {task.name}", field="to")
-    if target.status is ParticipantStatus.suspended:
-        raise Conflict(f"{target.name} is suspended and may not take tasks", field="to")
-    market = reason in (MovementReason.load, MovementReason.move_back)
+    _check_not_suspended(target)
     if market and replicas.hosted_by(session, task.id, target.id) is not None:
         # A failover onto the replica is how a replica becomes the primary; the market never
         # puts the primary beside a replica.
@@ -114,25 +151,20 @@ def prepare_replica(
 
     Serialised with every other decision about the task (its row lock, one movement in flight
     per task whatever the copy), so the check that ``target`` hosts no copy yet still holds
-    at commit. The primary's lease epoch is not the replica's: it is carried, not raised.
+    at commit. The replica has a fencing token of its own (``replicas.lease_epoch``): the move
+    holds the next one, and its commit raises it, so the host it leaves is fenced as an old
+    primary host is by the task's epoch.
     """
-    locked = repository.task_for_update(session, task.id)
-    assert locked is not None
-    if locked.pinned:
-        raise Conflict(
-            f"task {task.name} is pinned by an admin; the market may not move it", field=field
-        )
-    if repository.prepared_for_task(session, task.id) is not None:
-        raise Conflict(f"task {task.name} is already being moved", field=field)
-    if replicas.hosted_by(session, task.id, source.id) is None:
+    locked = _lock_for_move(session, task, market=True, field=field)
+    replica = replicas.hosted_by(session, task.id, source.id)
+    if replica is None:
         raise Conflict(f"{source.name} no longer hosts a replica of {task.name}", field=field)
     if replicas.holds_copy(session, locked, target.id):
         raise Conflict(
             f"{target.name} already hosts a copy of task {task.name}; never two on one participant",
             field=field,
         )
-    if target.status is ParticipantStatus.suspended:
-        raise Conflict(f"{target.name} is suspended and may not take tasks", field="to")
+    _check_not_suspended(target)
     movement = Movement(
         task_id=task.id,
         from_id=source.id,
@@ -142,7 +174,7 @@ def prepare_replica(
         reason=MovementReason.load,
         status=MovementStatus.prepared,
         price=price,
-        epoch=locked.lease_epoch,
+        epoch=replica.lease_epoch + 1,
         replica=True,
     )
     session.add(movement)
@@ -153,7 +185,13 @@ def prepare_replica(
         action="movement.prepared",
         entity_type="movement",
         entity_id=movement.id,
-        detail={"task": task.name, "replica": True, "to": target.name, "reason": "load"},
+        detail={
+            "task": task.name,
+            "replica": True,
+            "to": target.name,
+            "reason": "load",
+            "epoch": movement.epoch,
+        },
     )
     return movement
 
@@ -165,15 +203,17 @@ def _commit_replica(session: Session, movement: Movement, task: Task) -> None:
             f"the replica of {task.name} left its host since this movement was prepared",
             field="id",
         )
+    if replica.lease_epoch != movement.epoch - 1:
+        raise Conflict(
+            f"the replica of {task.name} moved since this movement was prepared (its epoch is "
+            f"{replica.lease_epoch}, the movement expected {movement.epoch - 1})",
+            field="id",
+        )
     if replicas.holds_copy(session, task, movement.to_id):
         raise Conflict(
             f"the target already hosts a copy of task {task.name}; never two on one participant",
             field="id",
         )
-    sold = None
-    if movement.offer_id is not None:
-        offer = session.get(Offer, movement.offer_id)
-        sold = offer.detail.get("loads", {}).get(task.name) if offer is not None else None
     now = utcnow()
     replicas.moved(
         session,
@@ -182,9 +222,10 @@ def _commit_replica(session: Session, movement: Movement, task: Task) -> None:
         to_id=movement.to_id,
         contract_id=movement.contract_id,
         price=movement.price,
-        load=float(sold) if sold is not None else None,
+        load=_sold_load(session, movement, task),
         now=now,
     )
+    replica.lease_epoch = movement.epoch
     movement.status, movement.finished_at = MovementStatus.committed, now
     session.flush()
 
@@ -203,11 +244,7 @@ def _visible(
 
 def commit(session: Session, principal: Principal, movement_id: int, epoch: int) -> Movement:
     """The new host reports that it has resumed the task: it becomes the host of record."""
-    movement = _visible(session, principal, movement_id, for_update=True)
-    if not principal.is_admin and principal.participant_id != movement.to_id:
-        raise Forbidden("only the receiving participant commits a movement", field="id")
-    if movement.status is not MovementStatus.prepared:
-        raise Conflict(f"movement {movement.id} is {movement.status.value}", field="status")
+    movement = _prepared(session, principal, movement_id, receiver_only=True)
     if epoch != movement.epoch:
         raise Conflict(
             f"stale epoch {epoch}: this movement holds epoch {movement.epoch}", field="epoch"
@@ -216,34 +253,40 @@ def commit(session: Session, principal: Principal, movement_id: int, epoch: int)
     assert task is not None
     if movement.replica:
         _commit_replica(session, movement, task)
-        audit.record(
-            session,
-            actor=principal.actor,
-            action="movement.committed",
-            entity_type="movement",
-            entity_id=movement.id,
-            detail={"task": task.name, "replica": True, "epoch": movement.epoch},
-        )
-        return movement
-    now = utcnow()
+        detail: dict[str, object] = {"task": task.name, "replica": True}
+    else:
+        _commit_primary(session, movement, task)
+        detail = {"task": task.name}
+    audit.record(
+        session,
+        actor=principal.actor,
+        action="movement.committed",
+        entity_type="movement",
+        entity_id=movement.id,
+        detail={**detail, "epoch": movement.epoch},
+    )
+    return movement
+
+
+def _commit_primary(session: Session, movement: Movement, task: Task) -> None:
     if task.host_id != movement.from_id or task.lease_epoch != movement.epoch - 1:
         raise Conflict(
             f"task {task.name} changed host since this movement was prepared", field="id"
         )
-    market = movement.reason in (MovementReason.load, MovementReason.move_back)
-    if market and replicas.hosted_by(session, task.id, movement.to_id) is not None:
+    if (
+        movement.reason in MARKET
+        and replicas.hosted_by(session, task.id, movement.to_id) is not None
+    ):
         raise Conflict(
             f"the target already hosts a replica of task {task.name}; never two copies on one "
             "participant",
             field="id",
         )
+    now = utcnow()
     accrue_task(session, task, now)
-    if movement.offer_id is not None:
-        # Payments from now on are for the load that was sold, as the offer measured it.
-        offer = session.get(Offer, movement.offer_id)
-        sold = offer.detail.get("loads", {}).get(task.name) if offer is not None else None
-        if sold is not None:
-            task.load = float(sold)
+    sold = _sold_load(session, movement, task)
+    if sold is not None:
+        task.load = sold  # payments from now on are for the load that was sold
     task.host_id = movement.to_id
     task.lease_epoch = movement.epoch
     task.host_since = now
@@ -254,23 +297,12 @@ def commit(session: Session, principal: Principal, movement_id: int, epoch: int)
     if movement.reason == MovementReason.failover:
         # The replica that took over is the task's host now, no longer a replica of it.
         replicas.promoted(session, task.id, movement.to_id, now)
-    audit.record(
-        session,
-        actor=principal.actor,
-        action="movement.committed",
-        entity_type="movement",
-        entity_id=movement.id,
-        detail={"task": task.name, "epoch": movement.epoch},
-    )
-    return movement
 
 
 def abort(
     session: Session, principal: Principal, movement_id: int, *, why: str = "aborted"
 ) -> Movement:
-    movement = _visible(session, principal, movement_id, for_update=True)
-    if movement.status is not MovementStatus.prepared:
-        raise Conflict(f"movement {movement.id} is {movement.status.value}", field="status")
+    movement = _prepared(session, principal, movement_id)
     movement.status, movement.finished_at = MovementStatus.aborted, utcnow()
     session.flush()
     audit.record(
@@ -319,7 +351,7 @@ def request(
     from app.contracts import repository as contracts_repo
     from app.tasks import repository as tasks_repo
 
-    if reason in (MovementReason.load, MovementReason.move_back):
+    if reason in MARKET:
         raise InvalidInput("load moves go through offers: POST /v1/offers", field="reason")
     task = tasks_repo.get_by_name(session, task_name)
     target = participants.get_by_name(session, to)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.audit import service as audit
@@ -12,7 +11,7 @@ from app.auth.keys import hash_api_key, new_api_key
 from app.db.base import utcnow
 from app.errors import Conflict, InvalidInput, NotFound
 from app.market.cost_models import CostModelError, build_cost_model
-from app.models import Participant, ParticipantSample, ParticipantStatus, Task
+from app.models import Participant, ParticipantSample, ParticipantStatus
 from app.participants import repository
 from app.participants.schemas import Heartbeat, ParticipantCreate
 
@@ -102,7 +101,7 @@ def rotate_key(session: Session, name: str, *, actor: str) -> CreatedParticipant
 
 def heartbeat(session: Session, participant: Participant, beat: Heartbeat) -> Participant:
     """Mark the participant online, keep a load sample, and bring its payments up to date."""
-    from app.movements.payments import accrue_task
+    from app.movements.payments import accrue_participant
 
     now = utcnow()
     participant.last_heartbeat_at = now
@@ -120,11 +119,9 @@ def heartbeat(session: Session, participant: Participant, beat: Heartbeat) -> Pa
                 node_state=beat.node_state,
             )
         )
-    # The owner pays for its shed tasks; charging them on its own heartbeat keeps ledgers current.
-    for task in session.scalars(
-        select(Task).where(Task.owner_id == participant.id, Task.host_id != participant.id)
-    ):
-        accrue_task(session, task, now)
+    # A heartbeat keeps the ledgers current: the tasks the participant shed, and the replicas
+    # it owns or hosts (a replica's load is paid like any other load).
+    accrue_participant(session, participant.id, now)
     session.flush()
     return participant
 

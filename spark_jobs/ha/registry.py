@@ -24,6 +24,9 @@ class RegistryReporter:
     ) -> None:
         self.client = FedloadClient(config["url"], config["key"])
         self.task: str | None = config.get("replica_of")
+        # The replica epoch this host was given (``GET /v1/replicas``): with it, the registry
+        # refuses this node's reports once the replica has moved on.
+        self.replica_epoch: int | None = config.get("replica_epoch")
         self.state = state
         self.endpoint = endpoint
         self.interval = interval
@@ -46,9 +49,10 @@ class RegistryReporter:
             try:
                 self.client.heartbeat(endpoint=self.endpoint, node_state=state)
                 if self.task is not None and state is not None and state != self.reported:
-                    self.client._call(
-                        "PUT", f"/v1/replicas/{self.task}/state", json={"state": state}
-                    )
+                    body: dict[str, Any] = {"state": state}
+                    if self.replica_epoch is not None:
+                        body["epoch"] = self.replica_epoch
+                    self.client._call("PUT", f"/v1/replicas/{self.task}/state", json=body)
                     self.reported = state
             except Exception:
                 # The registry being away is not the data path's problem; retry next time.
