@@ -37,6 +37,12 @@ query (Borealis SIGMOD 2005, sections 4-5):
   right checkpoint and drops duplicates. Messages on the wire are keyed by sequence number, so a
   batch the dead driver sent but did not record is kept once.
 
+A cut link into the node (not a quiet producer but an unreachable one) is the source's business:
+its Flight calls have deadlines, an unreachable input counts as "no new boundary", and complete
+input buckets are spooled under ``<root>/<name>.dpc/spool`` before they are released, so Spark's
+executors never need a cut producer for a stable range (``sunion.py`` explains it). The heal
+check here uses a deadline too: a cut input is simply not healed yet.
+
 Where output goes: STABLE rows to the fragment's output stream (the schema downstream SUnions
 read, so only stable rows and only stable boundaries), and every message in order, tentative rows
 and UNDO/REC_DONE included, to the companion stream ``<output>.dpc`` (``kind`` column), bucketed by

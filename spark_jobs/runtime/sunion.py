@@ -46,7 +46,11 @@ gone, so the source must not fail the query when a producer cannot be reached:
   tentatively after the budget, exactly as for a producer that went quiet. ``commit`` skips an
   unreachable input's acknowledgement (acknowledgements only grow: the next commit sends a
   later one). A failed call drops the client, and clients use a short reconnect backoff, because
-  gRPC otherwise keeps a refused channel in exponential backoff long after the heal.
+  gRPC otherwise keeps a refused channel in exponential backoff long after the heal. It also
+  makes the location *suspect*: a background thread probes it (every 0.1 s) and, until it
+  answers, the planning path does not call it at all, so only the first trigger after a cut
+  pays the deadline (a partition is silence: every trigger would otherwise wait for it, and the
+  wait would add to every tentative release).
 - ``read`` runs on executors *after* the driver planned the batch; a batch planned just before a
   cut would fail if ``read`` fetched its rows from the producer then. So with ``spool_dir``
   set, the driver copies each input's buckets into a local spool as soon as they are complete
@@ -71,6 +75,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 import time
 import urllib.parse
 import uuid
@@ -233,11 +238,17 @@ class SUnionReader(DataSourceStreamReader):
         self._known: dict[str, dict[str, Any]] = {}
         self._frontier: dict[str, int] = {}
         self._last_now_ms = 0
+        # Locations that failed a call, each with a thread probing it until it answers. While a
+        # location is suspect nothing calls it on the planning path: a partition is silence, and
+        # waiting for the deadline on every trigger would add it to every tentative release.
+        self._suspects: dict[str, threading.Thread] = {}
+        self._stopped = False
 
     def __getstate__(self) -> dict[str, Any]:
-        # gRPC channels cannot be pickled; executors open their own in read().
+        # gRPC channels and threads cannot be pickled; executors open their own in read().
         state = dict(self.__dict__)
         state["_clients"] = {}
+        state["_suspects"] = {}
         return state
 
     def _client(self, location: str) -> StreamClient:
@@ -245,11 +256,39 @@ class SUnionReader(DataSourceStreamReader):
             self._clients[location] = TimedClient(location, self.call_timeout_s)
         return self._clients[location]
 
-    def _drop(self, location: str) -> None:
-        # A fresh channel next time: it connects at once after a heal.
+    def _drop(self, location: str, stream: str) -> None:
+        """A call to ``location`` failed in transport: a fresh channel next time (it connects at
+        once after a heal), and the location is suspect until a probe of ``stream`` answers."""
         client = self._clients.pop(location, None)
         if client is not None:
             client.close()
+        if location not in self._suspects and not self._stopped:
+            probe = threading.Thread(
+                target=self._probe, args=(location, stream), name=f"sunion-probe:{location}"
+            )
+            probe.daemon = True
+            self._suspects[location] = probe
+            probe.start()
+
+    def _probe(self, location: str, stream: str) -> None:
+        while not self._stopped:
+            client = TimedClient(location, self.call_timeout_s)
+            try:
+                client.info(stream)
+                break
+            except UNREACHABLE:
+                time.sleep(0.1)
+            except flight.FlightError:
+                # It answers, with an error: the planning path's own call will raise it.
+                break
+            finally:
+                client.close()
+        # One dict operation, atomic under the GIL: the planning thread sees it or not.
+        self._suspects.pop(location, None)
+
+    def reachable(self, location: str) -> bool:
+        """False while calls to ``location`` failed and no probe has heard from it since."""
+        return location not in self._suspects
 
     @staticmethod
     def _key(i: dict[str, str]) -> str:
@@ -258,10 +297,11 @@ class SUnionReader(DataSourceStreamReader):
     def _info(self, i: dict[str, str]) -> dict[str, Any]:
         """The input's info, or the last one it gave while it is unreachable ("no news")."""
         key = self._key(i)
-        try:
-            self._known[key] = self._client(i["location"]).info(i["stream"])
-        except UNREACHABLE:
-            self._drop(i["location"])
+        if self.reachable(i["location"]):
+            try:
+                self._known[key] = self._client(i["location"]).info(i["stream"])
+            except UNREACHABLE:
+                self._drop(i["location"], i["stream"])
         return self._known.get(key, {"boundary": None, "first": None})
 
     def _infos(self) -> list[dict[str, Any]]:
@@ -293,10 +333,12 @@ class SUnionReader(DataSourceStreamReader):
         upto = min(boundary, bucket + ahead)
         while bucket < upto:
             if not self.spool.has(location, stream, bucket):
+                if not self.reachable(location):
+                    break
                 try:
                     table = self._client(location).read(stream, bucket, bucket + 1).read_all()
                 except UNREACHABLE:
-                    self._drop(location)
+                    self._drop(location, stream)
                     break
                 self.spool.put(location, stream, bucket, table)
             bucket += 1
@@ -321,11 +363,13 @@ class SUnionReader(DataSourceStreamReader):
 
     def _now_ms(self) -> int:
         if self.clock_location is not None and self.clock_stream is not None:
+            if not self.reachable(self.clock_location):
+                return self._last_now_ms
             try:
                 boundary = self._client(self.clock_location).info(self.clock_stream)["boundary"]
             except UNREACHABLE:
                 # An unreachable clock stands still: nothing becomes due early.
-                self._drop(self.clock_location)
+                self._drop(self.clock_location, self.clock_stream)
                 return self._last_now_ms
             self._last_now_ms = int(boundary) if boundary is not None else 0
             return self._last_now_ms
@@ -500,11 +544,12 @@ class SUnionReader(DataSourceStreamReader):
         if limit is not None:
             bucket = min(bucket, limit)
         for i in self.inputs:
-            try:
-                self._client(i["location"]).ack(i["stream"], self.consumer, bucket)
-            except UNREACHABLE:
-                # Acknowledgements only grow: a later commit sends a later one after the heal.
-                self._drop(i["location"])
+            # Acknowledgements only grow: a later commit sends a later one after the heal.
+            if self.reachable(i["location"]):
+                try:
+                    self._client(i["location"]).ack(i["stream"], self.consumer, bucket)
+                except UNREACHABLE:
+                    self._drop(i["location"], i["stream"])
             if self.spool is not None:
                 # The spool keeps what the producers keep: a redo reads it again.
                 self.spool.trim(i["location"], i["stream"], bucket)
@@ -519,6 +564,7 @@ class SUnionReader(DataSourceStreamReader):
             return None
 
     def stop(self) -> None:
+        self._stopped = True
         for client in self._clients.values():
             client.close()
         self._clients.clear()
