@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from spark_jobs.ha.spark_partition import SparkPartitionTimings, run
+from spark_jobs.ha.scenarios import Timings
+from spark_jobs.ha.spark_partition import SparkPartitionTimings, run, timings_like
 from tests.prerequisites import java_problem
 from tests.support.components import in_ci
 
@@ -22,6 +23,16 @@ def test_timings_refuse_a_heal_after_the_input_ends() -> None:
         SparkPartitionTimings(seconds=8, fail_at_s=4.0, fail_for_s=5.0)
     with pytest.raises(ValueError, match="cut_mode"):
         SparkPartitionTimings(cut_mode="explode")
+
+
+def test_timings_like_carries_heartbeats_cut_and_failure_length() -> None:
+    python = Timings(heartbeat_ms=50, misses=4, cut_mode="refuse", fail_for_ms=9000)
+    spark = timings_like(python)
+    assert (spark.heartbeat_ms, spark.misses, spark.cut_mode) == (50, 4, "refuse")
+    assert spark.fail_for_s == 9.0
+    # The input outlasts the heal by 4 s at least, in whole windows.
+    assert spark.seconds == 18 and spark.seconds % spark.window_s == 0
+    assert timings_like(Timings.quick()) == SparkPartitionTimings.quick()
 
 
 @pytest.mark.spark
