@@ -30,9 +30,7 @@ def upgrade() -> None:
         sa.Column("expires_at", sa.DateTime(), nullable=False),
         sa.Column("fence", sa.Integer(), nullable=False),
         sa.Column("updated_at", sa.DateTime(), nullable=False),
-        sa.CheckConstraint(
-            "fence >= 0", name=op.f("ck_reconciliation_permits_fence_non_negative")
-        ),
+        sa.CheckConstraint("fence >= 0", name=op.f("ck_reconciliation_permits_fence_non_negative")),
         sa.ForeignKeyConstraint(
             ["participant_id"],
             ["participants.id"],
