@@ -174,7 +174,7 @@ def run(
     fail_at: int = 4,
     max_delay: float = 3.0,
     mode: FailureMode = "cut",
-    cut_mode: CutMode = "refuse",
+    cut_mode: CutMode = "drop",
 ) -> dict[str, Any]:
     if mode not in ("cut", "withhold"):
         raise ValueError(f"spark_dpc.run: mode must be 'cut' or 'withhold', got {mode!r}")
@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         "--mode", choices=["cut", "withhold"], default="cut", help="how B fails (see above)"
     )
     parser.add_argument(
-        "--cut", choices=["refuse", "drop"], default="refuse", help="cut mode of the proxy"
+        "--cut", choices=["refuse", "drop"], default="drop", help="cut mode of the proxy"
     )
     args = parser.parse_args(argv)
     failures = [int(f) for f in args.failures.split(",")]
