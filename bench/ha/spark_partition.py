@@ -7,9 +7,10 @@ The ``partition`` scenario on Spark (``spark_jobs/ha/spark_partition.py``), run 
 feeds B and its replica R (two Spark host processes), C reads through one fault-injecting TCP
 proxy per replica, and the B-C link is cut for ``fail_for_s`` then healed. Per run: detection
 (cut -> C's heartbeats declare B failed and C switches to R), the bucket C resumed at on R, rows
-through each replica, the maximum added latency of a window at C, tentative tuples (none: a
-stable replica was reachable), and whether every check passed (output equal to the failure-free
-run, no duplicates, C still on R after the heal).
+through each replica, how long after the heal B answered C's heartbeats again, the maximum added
+latency of a window at C, tentative tuples (none: a stable replica was reachable), and whether
+every check passed (output equal to the failure-free run, no duplicates, C still on R after the
+heal).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def _row(report: dict[str, Any]) -> dict[str, Any]:
         "resume_bucket": switch["resume_bucket"] if switch else None,
         "rows_by_version": report["rows_by_version"],
         "rows_after_heal": report["rows_after_heal"],
+        "b_back_after_heal_ms": report["b_heard_again_after_heal_ms"],
         "baseline_latency_ms": report["baseline_latency_ms"],
         "max_added_latency_ms": report["max_added_latency_ms"],
         "tentative_tuples": report["tentative_tuples"],
@@ -47,15 +49,17 @@ def _row(report: dict[str, Any]) -> dict[str, Any]:
 def _table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| run | cut | failure | detection + switch | resumed at bucket | rows via B / via R "
-        "| rows after heal | baseline latency | max added latency | tentative | checks |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| rows after heal | B answers again | baseline latency | max added latency | tentative "
+        "| checks |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for i, row in enumerate(rows, 1):
         via = row["rows_by_version"]
         lines.append(
             f"| {i} | {row['cut_mode']} | {_s(row['fail_for_ms'])} | {_s(row['detection_ms'])} "
             f"| {row['resume_bucket']} | {via.get('B v0', 0)} / {via.get('R v1', 0)} "
-            f"| {row['rows_after_heal']} | {_s(row['baseline_latency_ms'])} "
+            f"| {row['rows_after_heal']} | {_s(row['b_back_after_heal_ms'])} "
+            f"| {_s(row['baseline_latency_ms'])} "
             f"| {_s(row['max_added_latency_ms'])} | {row['tentative_tuples']} "
             f"| {'pass' if row['checks_passed'] else 'FAIL'} |"
         )

@@ -36,14 +36,14 @@ import threading
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow.flight as flight
 
 from app.availability.detector import FailureDetector, PeerStatus
 from app.availability.states import NodeState
 from app.availability.upstream import ReplicaView, UpstreamSelector
-from spark_jobs.ha.faultproxy import FaultProxy
+from spark_jobs.ha.faultproxy import CutMode, FaultProxy
 from spark_jobs.ha.spark_control import ActionClient
 from spark_jobs.ha.spark_crash import (
     FRAGMENT,
@@ -169,7 +169,8 @@ class PartitionConsumer:
         self.version_of: dict[tuple[int, str], int] = {}
         self.duplicates: list[tuple[int, str]] = []
         self.switches: list[dict[str, Any]] = []
-        self.heard_at: dict[str, float] = {}
+        # Per replica, the first answer after a silence the detector called a failure.
+        self.back_at: dict[str, list[float]] = {name: [] for name in self.names}
         self.status_log: list[dict[str, Any]] = []
         self.read_errors: dict[str, int] = dict.fromkeys(self.names, 0)
         self.errors: list[str] = []
@@ -211,8 +212,9 @@ class PartitionConsumer:
                 except flight.FlightError:
                     continue  # silence: the detector counts it
                 with self._lock:
+                    if self.detector.failed(name):
+                        self.back_at[name].append(time.time())
                     self.detector.heard(name)
-                    self.heard_at[name] = time.time()
         finally:
             link.close()
 
@@ -336,7 +338,7 @@ def run(
         # A cut mid-stream: C has rows from B (on a loaded machine that may come later).
         wait_until(lambda: bool(consumer and consumer.delivered), 120, "C's first rows from B")
         delivered_before_cut = len(consumer.delivered)
-        proxies["B"].cut(t.cut_mode)  # type: ignore[arg-type]
+        proxies["B"].cut(cast(CutMode, t.cut_mode))  # validated by the timings
         failure_at = time.time()
         time.sleep(t.fail_for_s)
         proxies["B"].heal()
@@ -345,7 +347,7 @@ def run(
             lambda: consumer.next > last - 1, t.settle_timeout_s, "C to pass the input's end"
         )
         # B must answer again for "stays with R" to be C's choice, not its only option.
-        _soon(lambda: consumer.heard_at.get("B", 0) > heal_at, 20)
+        _soon(lambda: any(at > heal_at for at in consumer.back_at["B"]), 20)
         # B kept processing through the partition: its own log reaches the end too.
         _soon(lambda: (_log_rows(info["B"]["location"])[1] or 0) > last - 1, 60)
         consumer.stop()
@@ -400,10 +402,8 @@ def run(
             ],
             # Rows C took from R once B was reachable again: what "stays with R" is about.
             "rows_after_heal": sum(1 for seen in consumer.first_seen.values() if seen > heal_at),
-            "b_heard_again_after_heal_ms": (
-                ms(consumer.heard_at["B"]) - ms(heal_at)
-                if consumer.heard_at.get("B", 0) > heal_at
-                else None
+            "b_heard_again_after_heal_ms": next(
+                (ms(at) - ms(heal_at) for at in consumer.back_at["B"] if at > heal_at), None
             ),
             "read_errors": consumer.read_errors,
             "consumer_errors": consumer.errors,
