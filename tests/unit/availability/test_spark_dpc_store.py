@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from app.availability.node import Checkpoint
 from app.availability.states import NodeState
 from app.availability.tuples import Kind, Row
 from spark_jobs.runtime.dpc import DPCOutput, DPCStore
-from spark_jobs.runtime.sunion import SUnionReader
+from spark_jobs.runtime.sunion import Spool, SUnionReader
 from spark_jobs.runtime.transport import PackedCheckpoint
 
 ROWS = [Row(1000, "a"), Row(2000, "b")]
@@ -73,3 +74,22 @@ def test_the_ack_limit_file_caps_acknowledgements_while_it_exists(tmp_path):
     assert reader._ack_limit() is None
     # A reader restarted in failure is in failure from the first tentative bucket.
     assert reader._first_tentative == 9
+
+
+def test_spool_holds_whole_buckets_and_trims_below_a_bucket(tmp_path):
+    """The SUnion spool (no Spark, no network): one file per input and bucket, written whole,
+    read back equal, and trimmed below the acknowledged bucket only for that input."""
+    spool = Spool(str(tmp_path / "spool"))
+    location = "grpc://127.0.0.1:4000"
+    table = pa.table({"stime": pa.array([1, 2], pa.timestamp("us", tz="UTC")), "x": [7, 8]})
+    for bucket in (10, 11, 12):
+        spool.put(location, "b", bucket, table)
+    spool.put(location, "a", 10, table.slice(0, 0))
+    assert pa.Table.from_batches(spool.get(location, "b", 11), table.schema) == table
+    assert pa.Table.from_batches(spool.get(location, "a", 10), table.schema).num_rows == 0
+    spool.trim(location, "b", 12)
+    assert [spool.has(location, "b", n) for n in (10, 11, 12)] == [False, False, True]
+    assert spool.has(location, "a", 10), "trimming one input leaves the others"
+    # No temporary file is left beside the buckets.
+    leftovers = [p.name for p in (tmp_path / "spool").rglob("*") if p.name.endswith(".tmp")]
+    assert leftovers == []
