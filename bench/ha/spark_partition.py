@@ -6,8 +6,9 @@ PYSPARK_PYTHON=$PWD/.venv/bin/python SPARK_LOCAL_IP=127.0.0.1 \\
 The ``partition`` scenario on Spark (``spark_jobs/ha/spark_partition.py``), run after run: A
 feeds B and its replica R (two Spark host processes), C reads through one fault-injecting TCP
 proxy per replica, and the B-C link is cut for ``fail_for_s`` then healed. Per run: detection
-(cut -> C's heartbeats declare B failed and C switches to R), the bucket C resumed at on R, rows
-through each replica, how long after the heal B answered C's heartbeats again, the maximum added
+(cut -> C's heartbeats declare B failed and C switches to R), the number of switches (one; a
+replica declared failed while its link was up, a false suspicion, adds more), rows through each
+replica, how long after the heal B answered C's heartbeats again, the maximum added
 latency of a window at C, tentative tuples (none: a stable replica was reachable), and whether
 every check passed (output equal to the failure-free run, no duplicates, C still on R after the
 heal).
@@ -30,13 +31,13 @@ from spark_jobs.ha.spark_partition import SparkPartitionTimings, run
 
 
 def _row(report: dict[str, Any]) -> dict[str, Any]:
-    switch = report["switches"][0] if report["switches"] else None
     return {
         "cut_mode": report["cut_mode"],
         "fail_for_ms": report["heal_at_ms"] - report["failure_at_ms"],
         "detection_ms": report["detected_after_ms"],
-        "resume_bucket": switch["resume_bucket"] if switch else None,
-        "rows_by_version": report["rows_by_version"],
+        "switches": len(report["switches"]),
+        "false_suspicions": report["false_suspicions"],
+        "rows_by_replica": report["rows_by_replica"],
         "rows_after_heal": report["rows_after_heal"],
         "b_back_after_heal_ms": report["b_heard_again_after_heal_ms"],
         "baseline_latency_ms": report["baseline_latency_ms"],
@@ -48,16 +49,16 @@ def _row(report: dict[str, Any]) -> dict[str, Any]:
 
 def _table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| run | cut | failure | detection + switch | resumed at bucket | rows via B / via R "
-        "| rows after heal | B answers again | baseline latency | max added latency | tentative "
-        "| checks |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| run | cut | failure | detection + switch | switches | false suspicions "
+        "| rows via B / via R | rows after heal | B answers again | baseline latency "
+        "| max added latency | tentative | checks |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for i, row in enumerate(rows, 1):
-        via = row["rows_by_version"]
+        via = row["rows_by_replica"]
         lines.append(
             f"| {i} | {row['cut_mode']} | {_s(row['fail_for_ms'])} | {_s(row['detection_ms'])} "
-            f"| {row['resume_bucket']} | {via.get('B v0', 0)} / {via.get('R v1', 0)} "
+            f"| {row['switches']} | {row['false_suspicions']} | {via['B']} / {via['R']} "
             f"| {row['rows_after_heal']} | {_s(row['b_back_after_heal_ms'])} "
             f"| {_s(row['baseline_latency_ms'])} "
             f"| {_s(row['max_added_latency_ms'])} | {row['tentative_tuples']} "
