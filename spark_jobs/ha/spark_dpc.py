@@ -32,6 +32,10 @@ The fragment
   held corrections) and the redo past the last tentative bucket; ``redo_catch_up_s`` is the part
   before the switch;
 - ``output_matches_reference``: the stable output equals a failure-free run of the same input.
+
+``--budget adaptive`` (the default): the delay budget is X minus the median recent batch and a
+trigger interval, capped at 0.9 X (``DPCSettings.adaptive_budget``), so that a bucket released
+at its deadline still leaves within X when batches are slow; ``fixed`` is 0.9 X.
 """
 
 from __future__ import annotations
@@ -175,6 +179,7 @@ def run(
     max_delay: float = 3.0,
     mode: FailureMode = "cut",
     cut_mode: CutMode = "drop",
+    adaptive_budget: bool = False,
 ) -> dict[str, Any]:
     if mode not in ("cut", "withhold"):
         raise ValueError(f"spark_dpc.run: mode must be 'cut' or 'withhold', got {mode!r}")
@@ -196,7 +201,10 @@ def run(
         # The query warms up before the first bucket ends; stime 0 of the data is wall t0.
         t0 = time.time() + 3.0
         settings = DPCSettings(
-            max_delay, strategy=strategy, clock_offset_ms=round(t0 * 1000) - epoch_ms
+            max_delay,
+            strategy=strategy,
+            clock_offset_ms=round(t0 * 1000) - epoch_ms,
+            adaptive_budget=adaptive_budget,
         )
         spec = _spec(
             "ports",
@@ -300,6 +308,9 @@ def run(
                 else None
             ),
             "final_state": str(node.state),
+            "budget": "adaptive" if adaptive_budget else "fixed",
+            # Adaptive: the lowest budget the poller set (ms); fixed: 0.9 X.
+            "min_budget_ms": min((b for _, b in node.budgets), default=settings.delay_budget_ms),
             "history": [[str(state), at] for state, at in node.sink.history],
             "output_matches_reference": got == expected,
             # Where they differ, by window end (seconds into the run): the diagnosis.
@@ -329,6 +340,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cut", choices=["refuse", "drop"], default="drop", help="cut mode of the proxy"
     )
+    parser.add_argument(
+        "--budget",
+        choices=["adaptive", "fixed"],
+        default="adaptive",
+        help="delay budget: X minus the measured batch time (capped at 0.9 X), or 0.9 X",
+    )
     args = parser.parse_args(argv)
     failures = [int(f) for f in args.failures.split(",")]
     from spark_jobs.session import build_session
@@ -350,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
                     seconds=seconds,
                     mode=args.mode,
                     cut_mode=args.cut,
+                    adaptive_budget=args.budget == "adaptive",
                 )
                 brief = {k: v for k, v in result.items() if k not in ("batches", "history")}
                 print(json.dumps(brief), flush=True)

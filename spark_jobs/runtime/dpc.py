@@ -60,6 +60,7 @@ import dataclasses
 import json
 import os
 import shutil
+import statistics
 import threading
 import time
 import uuid
@@ -116,6 +117,10 @@ class DPCSettings:
     clock: StreamRef | None = None
     # Wall clock only: now = wall ms - offset (maps wall time onto the sources' stime).
     clock_offset_ms: int = 0
+    # The paper's budget is X minus the processing time; 0.9 X assumes processing takes 0.1 X.
+    # On: the poller measures the serving query's recent batches and lowers the budget to
+    # X - (median recent batch + a trigger), never above 0.9 X (see DPCFragment.adapt_budget).
+    adaptive_budget: bool = False
 
     def __post_init__(self) -> None:
         if self.max_delay_seconds <= 0:
@@ -189,6 +194,8 @@ class DPCStore:
         self.ack_limit_path = self.directory / "ack_limit"
         # The SUnion readers' local copy of complete input buckets (option spool_dir).
         self.spool_path = self.directory / "spool"
+        # The current delay budget in ms, when it adapts to the batch time (option budget_file).
+        self.budget_path = self.directory / "budget"
 
     @staticmethod
     def _write(path: Path, data: bytes) -> None:
@@ -213,6 +220,9 @@ class DPCStore:
 
     def load_checkpoint(self) -> PackedCheckpoint:
         return PackedCheckpoint.of(self.checkpoint_path.read_bytes())
+
+    def write_budget(self, budget_ms: int) -> None:
+        self._write(self.budget_path, str(budget_ms).encode())
 
     def limit_acks(self, bucket: int | None) -> None:
         if bucket is None:
@@ -623,6 +633,9 @@ class DPCFragment:
                 # planned before a cut still reads after it; shared by the serving query and
                 # the redo copies, trimmed where the producers trim.
                 "spool_dir": str(self.store.spool_path),
+                **(
+                    {"budget_file": str(self.store.budget_path)} if settings.adaptive_budget else {}
+                ),
                 # The redo runs on a copy and the serving query goes on: new buckets are not held
                 # for it (that would add the budget to their latency), they go out at once.
                 "hold_healed": "false",
@@ -646,6 +659,9 @@ class DPCFragment:
         self._release = release_permission or (lambda _name: None)
         self._permit = False
         self.reconciliations: list[dict[str, float]] = []
+        # Adaptive budget: the last one written, and (wall time, ms) on every change.
+        self._budget: int | None = None
+        self.budgets: list[tuple[float, int]] = []
 
     @property
     def state(self) -> NodeState:
@@ -692,9 +708,35 @@ class DPCFragment:
                 rules.receive(name, Message.boundary(int(boundary) * bucket_ms))
         return all(rules.stable_ready(b) for b in range(checkpoint.next_bucket, end))
 
+    def adapt_budget(self) -> int:
+        """Budget = X - (median of the serving query's last batches + one trigger), capped at
+        0.9 X: a bucket released at its deadline then leaves within X even on a busy machine.
+        Written for the source (option ``budget_file``) when it moves by 50 ms or more."""
+        cap = self.settings.delay_budget_ms
+        budget = cap
+        try:
+            progress = self.query().recentProgress[-10:]
+        except KeyError:
+            progress = []
+        durations = [int(p["durationMs"].get("triggerExecution", 0)) for p in progress]
+        if durations:
+            trigger_ms = round(self.spec.trigger_seconds * 1000)
+            # The median, not the max: the first batches of a query (and a redo's start) take
+            # seconds, and one of them would set the budget to nothing for ten batches.
+            typical = statistics.median(durations)
+            spare = round(self.settings.max_delay_seconds * 1000 - typical - trigger_ms)
+            budget = max(0, min(cap, spare))
+        if self._budget is None or abs(budget - self._budget) >= 50:
+            self.store.write_budget(budget)
+            self._budget = budget
+            self.budgets.append((time.time(), budget))
+        return budget
+
     def poll(self) -> bool:
         """Advance reconciliation; True when it started a redo copy (the heal was noticed and
         the permit granted). The permit is held from the redo's start to REC_DONE."""
+        if self.settings.adaptive_budget:
+            self.adapt_budget()
         redo = self.sink.redo
         if redo is None:
             if self._permit and self.sink.state is NodeState.STABLE:

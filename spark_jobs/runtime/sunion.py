@@ -31,9 +31,11 @@ that must survive a driver restart comes in two more options: ``first_tentative`
 restarts in failure: the reader is in failure from that bucket, as if it had released it) and
 ``ack_limit_file`` (a file holding a bucket number: while it exists, acknowledgements stop there,
 so the producers keep what a redo from the all-stable checkpoint reads again, whichever of the
-node's queries commits). ``hold_healed=false`` turns off the hold of now-stable buckets in
-failure: a node that redoes on a copy of its query keeps serving, and holding would add the
-budget to every new bucket.
+node's queries commits). ``budget_file``: a file holding the delay budget in ms, read on every
+trigger (the node lowers it from the measured batch time so that X holds on a busy machine;
+absent, ``delay_budget_ms`` applies). ``hold_healed=false`` turns off the hold of now-stable
+buckets in failure: a node that redoes on a copy of its query keeps serving, and holding would
+add the budget to every new bucket.
 
 Unreachable inputs (a cut link, a partition). DPC exists to keep producing when an input is
 gone, so the source must not fail the query when a producer cannot be reached:
@@ -225,6 +227,7 @@ class SUnionReader(DataSourceStreamReader):
             int(options["first_tentative"]) if "first_tentative" in options else None
         )
         self.ack_limit_file = options.get("ack_limit_file")
+        self.budget_file = options.get("budget_file")
         self.hold_healed = options.get("hold_healed", "true") == "true"
         self.call_timeout_s = int(options.get("call_timeout_ms", "1000")) / 1000
         if self.call_timeout_s <= 0:
@@ -380,13 +383,14 @@ class SUnionReader(DataSourceStreamReader):
         # (rows stay in the logs or the spool, read by executors) and asks it which buckets may
         # go now.
         assert self.delay_budget_ms is not None
+        budget_ms = self._budget_ms(self.delay_budget_ms)
         begin = start["bucket"] if start else self.initialOffset()["bucket"]
         boundaries = self._boundaries(begin)
         names = [f"{i['location']}/{i['stream']}" for i in self.inputs]
         rules = SUnion(
             names,
             bucket_ms=self.bucket_ms,
-            delay_budget_ms=self.delay_budget_ms,
+            delay_budget_ms=budget_ms,
             strategy=self.strategy,
             start_bucket=begin,
         )
@@ -400,7 +404,7 @@ class SUnionReader(DataSourceStreamReader):
             if (
                 self.hold_healed
                 and self._healed(rules)
-                and now < rules.due_at(rules.next_bucket) + self.delay_budget_ms
+                and now < rules.due_at(rules.next_bucket) + budget_ms
             ):
                 # Healed while in failure: reconciliation will redo these buckets stably, so
                 # processing them now would only add tentative rows to correct (DPCNode does the
@@ -553,6 +557,16 @@ class SUnionReader(DataSourceStreamReader):
             if self.spool is not None:
                 # The spool keeps what the producers keep: a redo reads it again.
                 self.spool.trim(i["location"], i["stream"], bucket)
+
+    def _budget_ms(self, default: int) -> int:
+        # Written by the node's poller from the measured batch time (DPCSettings.adaptive_budget).
+        if self.budget_file is None:
+            return default
+        try:
+            with open(self.budget_file) as file:
+                return int(file.read())
+        except FileNotFoundError:
+            return default
 
     def _ack_limit(self) -> int | None:
         if self.ack_limit_file is None:
