@@ -48,6 +48,9 @@ class SparkTentativeTimings:
     tail_s: int = 5
     strategy: str = DelayStrategy.DELAY_EACH.value
     cut_mode: CutMode = "drop"
+    # X minus the measured batch time rather than a fixed 0.9 X (DPCSettings.adaptive_budget):
+    # on a busy machine a batch takes more than the 0.1 X the fixed budget leaves.
+    adaptive_budget: bool = True
 
     def __post_init__(self) -> None:
         if self.max_delay_s <= 0 or self.fail_at_s < 2 or self.fail_for_s < 1 or self.tail_s < 3:
@@ -112,6 +115,8 @@ def report(result: dict[str, Any], timings: SparkTentativeTimings) -> dict[str, 
         "max_delay_ms": max_delay_ms,
         "strategy": result["strategy"],
         "cut_mode": timings.cut_mode,
+        "budget": result["budget"],
+        "min_budget_ms": result["min_budget_ms"],
         # One replica of C: nobody to switch to (see the module docstring).
         "switches": [],
         "tentative_tuples": result["tentative_tuples"],
@@ -177,6 +182,7 @@ def run(
                 max_delay=t.max_delay_s,
                 mode="cut",
                 cut_mode=t.cut_mode,
+                adaptive_budget=t.adaptive_budget,
             )
     finally:
         if own:
