@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.prerequisites import java_problem
-from tests.support.components import in_ci
+from tests.support.components import require_java
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -24,11 +23,7 @@ pytest_plugins = ["tests.support.databases"]
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    problem = java_problem()
-    if problem:
-        if in_ci():
-            pytest.fail(f"Spark needs Java: {problem}", pytrace=False)
-        pytest.skip(problem)
+    require_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -44,7 +44,8 @@ from spark_jobs.runtime.coordinator import InMemoryCoordinator, MovementCoordina
 
 SCENARIOS = ("partition", "tentative", "crash")
 TECHNIQUES = ("upstream_backup", "passive_standby", "active_standby")
-# "spark": the crash scenario with the fragment as a Spark query (spark_jobs.ha.spark_crash).
+# "spark": the fragments as Spark streaming queries (spark_jobs.ha.spark_partition, spark_tentative,
+# spark_crash).
 ENGINES = ("python", "spark")
 
 
@@ -558,6 +559,23 @@ def run_crash(
     }
 
 
+def _run_on_spark(
+    name: str, report_dir: Path, t: Timings, techniques: Sequence[str]
+) -> dict[str, Any]:
+    # Imported here: the python engine must not pay for (or need) Spark.
+    if name == "partition":
+        from spark_jobs.ha import spark_partition
+
+        return spark_partition.run(report_dir, spark_partition.timings_like(t))
+    if name == "tentative":
+        from spark_jobs.ha import spark_tentative
+
+        return spark_tentative.run(report_dir, spark_tentative.timings_like(t))
+    from spark_jobs.ha import spark_crash
+
+    return spark_crash.run(report_dir, spark_crash.timings_like(t), tuple(techniques))
+
+
 def run(
     name: str,
     report_dir: Path,
@@ -567,20 +585,20 @@ def run(
     engine: str = "python",
 ) -> dict[str, Any]:
     """Run a scenario, write ``report_dir/report.json``; the report's ``ok`` says all passed."""
+    if name not in SCENARIOS:
+        raise ValueError(f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}")
+    if engine not in ENGINES:
+        raise ValueError(f"engine {engine!r} does not run {name!r}; choose {' or '.join(ENGINES)}")
     t = timings or Timings()
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
-    if engine not in ENGINES or (engine == "spark" and name != "crash"):
-        raise ValueError(f"engine {engine!r} does not run {name!r}; spark runs crash only")
     if engine == "spark":
-        from spark_jobs.ha import spark_crash
-
-        report = spark_crash.run(report_dir, spark_crash.timings_like(t), tuple(techniques))
+        report = _run_on_spark(name, report_dir, t, techniques)
     elif name == "partition":
         report = run_partition(t, report_dir / "nodes")
     elif name == "tentative":
         report = run_tentative(t, report_dir / "nodes")
-    elif name == "crash":
+    else:  # crash (the name was checked above)
         runs = {tech: run_crash(t, report_dir / "nodes" / tech, tech) for tech in techniques}
         report = {
             "scenario": "crash",
@@ -594,12 +612,18 @@ def run(
         report["checks"]["output_matches_reference"] = all(
             r["checks"]["output_matches_reference"] for r in runs.values()
         )
-    else:
-        raise ValueError(f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}")
     report["timings"] = asdict(t)
     report["ok"] = all(report["checks"].values())
     (report_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))
     return report
 
 
-__all__ = ["ENGINES", "SCENARIOS", "TECHNIQUES", "Timings", "reference", "replace", "run"]
+__all__ = [
+    "ENGINES",
+    "SCENARIOS",
+    "TECHNIQUES",
+    "Timings",
+    "reference",
+    "replace",
+    "run",
+]

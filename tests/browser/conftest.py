@@ -19,7 +19,7 @@ import pytest
 from app.db.migrate import upgrade
 from app.settings import Settings
 from tests.integration.admin.seeding import Federation, apply_demo
-from tests.support.components import in_ci
+from tests.support.components import require
 from tests.support.live_server import serve
 
 if TYPE_CHECKING:
@@ -39,9 +39,7 @@ SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screensh
 
 
 def _missing(why: str) -> None:
-    if in_ci():
-        pytest.fail(f"CI=true: the browser tests need {why}", pytrace=False)
-    pytest.skip(why)
+    require("the browser tests' browser", why)
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import sqlalchemy as sa
 
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -29,3 +30,19 @@ def postgres_problem(url: str) -> str | None:
             "with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
         )
     return None
+
+
+def require(component: str, problem: str | None) -> None:
+    """Stop a test whose real component is missing: a failure under CI=true (never a silent
+    skip there), a skip with the reason elsewhere."""
+    if problem is None:
+        return
+    if in_ci():
+        pytest.fail(f"CI=true: {component} is required: {problem}", pytrace=False)
+    pytest.skip(f"{component}: {problem}")
+
+
+def require_java() -> None:
+    from tests.prerequisites import java_problem
+
+    require("Java (Spark needs it)", java_problem())

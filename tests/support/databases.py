@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 from app.db.base import Base
 from app.db.migrate import upgrade
 from app.db.session import get_engine
-from tests.support.components import in_ci, postgres_problem, postgres_url
+from tests.support.components import postgres_problem, postgres_url, require
 
 BACKENDS = ["sqlite", "postgres"]
 
@@ -36,11 +36,7 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def postgres_database() -> Iterator[str]:
     server_url = postgres_url()
-    problem = postgres_problem(server_url)
-    if problem:
-        if in_ci():
-            pytest.fail(f"PostgreSQL is required under CI: {problem}", pytrace=False)
-        pytest.skip(problem)
+    require("PostgreSQL", postgres_problem(server_url))
     name = f"fedload_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     admin = sa.create_engine(server_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:

@@ -15,25 +15,21 @@ import sys
 import pytest
 
 from spark_jobs.ha.scenarios import TECHNIQUES, Timings, run
-from tests.prerequisites import java_problem
-from tests.support.components import in_ci
+from tests.support.components import require_java
 
 
-def test_spark_engine_runs_only_the_crash_scenario(tmp_path):
-    with pytest.raises(ValueError, match="spark runs crash only"):
-        run("partition", tmp_path, Timings.quick(), engine="spark")
-    with pytest.raises(ValueError, match="does not run"):
+def test_unknown_engine_or_scenario_is_refused_by_name(tmp_path):
+    with pytest.raises(ValueError, match="engine 'flink' does not run 'crash'"):
         run("crash", tmp_path, Timings.quick(), engine="flink")
+    with pytest.raises(ValueError, match="unknown scenario 'meltdown'"):
+        run("meltdown", tmp_path, Timings.quick())
+    assert not (tmp_path / "report.json").exists()
 
 
 @pytest.mark.spark
 @pytest.mark.slow
 def test_crash_on_spark_recovers_with_every_technique(tmp_path):
-    problem = java_problem()
-    if problem:
-        if in_ci():
-            pytest.fail(f"Spark needs Java: {problem}", pytrace=False)
-        pytest.skip(problem)
+    require_java()
     # The host processes inherit these: executors must run this interpreter.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -15,8 +15,7 @@ import pytest
 
 from spark_jobs.ha.scenarios import Timings
 from spark_jobs.ha.spark_partition import SparkPartitionTimings, run, timings_like
-from tests.prerequisites import java_problem
-from tests.support.components import in_ci
+from tests.support.components import require_java
 
 
 def test_timings_refuse_a_heal_after_the_input_ends() -> None:
@@ -39,11 +38,7 @@ def test_timings_like_carries_heartbeats_cut_and_failure_length() -> None:
 @pytest.mark.spark
 @pytest.mark.slow
 def test_partition_on_spark_switches_to_the_replica_and_stays(tmp_path) -> None:
-    problem = java_problem()
-    if problem:
-        if in_ci():
-            pytest.fail(f"Spark needs Java: {problem}", pytrace=False)
-        pytest.skip(problem)
+    require_java()
     # The host processes inherit these: executors must run this interpreter.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
