@@ -29,7 +29,14 @@ def request_permit(
     settings: SettingsDep,
 ) -> PermitDecision:
     """Ask for the fragment's permit: granted (or renewed, for the holder) until expires_at,
-    or refused with the holder and when its lease ends."""
+    or refused with the holder and when its lease ends.
+
+    The fragment is a registered task's name (404 otherwise). A participant asks only for a
+    task it holds a copy of, as its primary host or one of its replica hosts, and under its own
+    copy's name: its participant name, or a node name of its choosing that is neither another
+    copy host's participant name nor a replica name the permit was granted under to another
+    participant (403 naming the fragment and the participant otherwise). An admin may ask for
+    any copy. Refusals write nothing."""
     return service.request(
         session, me, fragment, body.replica, lease_seconds=settings.permit_lease_seconds
     )
@@ -39,7 +46,9 @@ def request_permit(
 def release_permit(
     fragment: Fragment, body: PermitAsk, me: CurrentPrincipal, session: SessionDep
 ) -> PermitRead:
-    """The holder gives the permit back (409 for any other replica)."""
+    """The holder gives the permit back (409 for any other replica); who may ask is as for
+    ``request`` (404 for an unknown fragment, 403 for a participant without a copy of it or
+    naming another participant's copy)."""
     return service.release(session, me, fragment, body.replica)
 
 

@@ -10,6 +10,16 @@ decided one after the other:
   the first write, so the read after it cannot be stale); on PostgreSQL a concurrent insert
   waits on the unique index until the first commits;
 - the row is then read ``FOR UPDATE`` (PostgreSQL's row lock; SQLite already holds the lock).
+
+Who may ask (``_authorise``, checked before anything is written, so a refusal leaves the
+database as it was): the fragment is a registered task (404 otherwise); a participant asks only
+for a task it holds a copy of, as its primary host or a replica host (403 otherwise), and only
+under a replica name that is its own copy's (403 otherwise). The registry names a copy by the
+participant hosting it (``tasks.host``, ``GET /v1/replicas`` ``host``), and a participant holds
+at most one copy of a task, so its copy may be asked for under its own participant name or a
+node name of its choosing (the DPC nodes use theirs, e.g. ``C1``) that is not another copy's:
+neither the name of another participant holding a copy, nor the replica name under which the
+permit was granted to another participant. An admin may act for any copy of a registered task.
 """
 
 from __future__ import annotations
@@ -24,8 +34,8 @@ from app.audit import service as audit
 from app.auth.principal import Principal
 from app.availability import leases
 from app.db.base import utcnow
-from app.errors import Conflict, Forbidden, InvalidInput
-from app.models import Participant, ReconciliationPermit
+from app.errors import Conflict, Forbidden, InvalidInput, NotFound
+from app.models import Participant, ReconciliationPermit, Replica, Task
 from app.permits.schemas import PermitDecision, PermitRead
 
 MAX_NAME = 128
@@ -36,6 +46,46 @@ def _check_fragment(fragment: str) -> None:
         raise InvalidInput(
             f"fragment must be a non-blank name of at most {MAX_NAME} characters, got {fragment!r}",
             field="fragment",
+        )
+
+
+def _authorise(session: Session, principal: Principal, fragment: str, replica: str) -> None:
+    """Refuse (before any write) a request or release the principal may not make; see the
+    module docstring for the rule."""
+    task = session.scalar(select(Task).where(Task.name == fragment))
+    if task is None:
+        raise NotFound(
+            f"no task named {fragment!r}: a reconciliation permit is for a registered task",
+            field="fragment",
+        )
+    if principal.participant_id is None:
+        return  # the operator may act for any copy
+    copies = {
+        task.host_id,
+        *session.scalars(select(Replica.participant_id).where(Replica.task_id == task.id)),
+    }
+    who = principal.name
+    if principal.participant_id not in copies:
+        raise Forbidden(
+            f"participant {who!r} holds no copy of fragment {fragment!r} (neither its primary "
+            "host nor a replica host)",
+            field="fragment",
+        )
+    others = set(
+        session.scalars(
+            select(Participant.name).where(Participant.id.in_(copies - {principal.participant_id}))
+        )
+    )
+    granted_to = session.scalar(
+        select(ReconciliationPermit.participant_id).where(
+            ReconciliationPermit.fragment == fragment, ReconciliationPermit.holder == replica
+        )
+    )
+    if replica in others or granted_to not in (None, principal.participant_id):
+        raise Forbidden(
+            f"replica {replica!r} of fragment {fragment!r} is another participant's copy, "
+            f"not participant {who!r}'s",
+            field="replica",
         )
 
 
@@ -82,8 +132,21 @@ def request(
 ) -> PermitDecision:
     """Grant ``replica`` the fragment's permit, or say who holds it until when."""
     _check_fragment(fragment)
+    _authorise(session, principal, fragment, replica)
     now = now or utcnow()
     row = _locked_row(session, fragment, now)
+    if (
+        principal.participant_id is not None
+        and row.holder == replica
+        and row.participant_id not in (None, principal.participant_id)
+    ):
+        # Granted to another participant between the check above and the lock: a "renewal"
+        # under its copy's name would hand that participant's permit over.
+        raise Forbidden(
+            f"replica {replica!r} of fragment {fragment!r} is another participant's copy, "
+            f"not participant {principal.name!r}'s",
+            field="replica",
+        )
     decision = leases.request(_permit(row), replica, now.timestamp(), lease_seconds)
     if decision.granted:
         new_holder = decision.permit.fence != row.fence
@@ -109,6 +172,7 @@ def request(
 def release(session: Session, principal: Principal, fragment: str, replica: str) -> PermitRead:
     """``replica`` gives the permit back; refused unless it is the holder."""
     _check_fragment(fragment)
+    _authorise(session, principal, fragment, replica)
     now = utcnow()
     row = _locked_row(session, fragment, now)
     try:

@@ -14,20 +14,45 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
+from sqlalchemy import func, select
 
 from app.auth.principal import ADMIN
 from app.db.session import unit_of_work
+from app.models import AuditEntry, ReconciliationPermit
 from app.permits import service
 from app.settings import Settings
 from tests.integration.api.conftest import ADMIN_KEY, Api
+from tests.integration.api.test_replica_market import contract
 from tests.support.live_server import serve
+
+
+def seed_copies(api: Api) -> Api:
+    """A owns and hosts tasks C and D, each with one replica on B; E holds no copy of either."""
+    for name in ("A", "B", "E"):
+        api.register(name)
+    contract(api, "A", "B", hosting=True)
+    for task in ("C", "D"):
+        created = api.post("A", "/v1/tasks", {"name": task, "load": 10.0})
+        assert created.status_code == 201, created.text
+        placed = api.post("A", f"/v1/tasks/{task}/replicas", {"k": 1})
+        assert [r["host"] for r in placed.json()] == ["B"], placed.text
+    return api
 
 
 @pytest.fixture
 def ab(api: Api) -> Api:
-    for name in ("A", "B"):
-        api.register(name)
-    return api
+    return seed_copies(api)
+
+
+def snapshot(db_url: str) -> tuple[list[tuple[object, ...]], int]:
+    """Every permit row and the number of audit entries: what a refusal must leave alone."""
+    with unit_of_work(db_url) as session:
+        rows: list[tuple[object, ...]] = [
+            (p.fragment, p.holder, p.participant_id, p.expires_at, p.fence, p.updated_at)
+            for p in session.scalars(select(ReconciliationPermit).order_by(ReconciliationPermit.id))
+        ]
+        audits = session.scalar(select(func.count()).select_from(AuditEntry))
+    return rows, int(audits or 0)
 
 
 def test_one_holder_renewal_release_and_fence(ab: Api) -> None:
@@ -59,7 +84,12 @@ def test_one_holder_renewal_release_and_fence(ab: Api) -> None:
     }
     # Naming the holder is not enough: the permit was granted to A's replica.
     impostor = ab.post("B", "/v1/permits/C/release", {"replica": "C1"})
-    assert impostor.status_code == 403 and impostor.json()["field"] == "replica"
+    assert impostor.status_code == 403
+    assert impostor.json() == {
+        "detail": "replica 'C1' of fragment 'C' is another participant's copy, "
+        "not participant 'B''s",
+        "field": "replica",
+    }
 
     released = ab.post("A", "/v1/permits/C/release", {"replica": "C1"})
     assert released.status_code == 200
@@ -109,7 +139,7 @@ def test_bad_input_is_refused_naming_the_field(
     assert response.json()["field"] == field
 
 
-def test_lease_expiry_frees_the_permit_for_the_next_asker(db_url: str) -> None:
+def test_lease_expiry_frees_the_permit_for_the_next_asker(ab: Api, db_url: str) -> None:
     t0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
     with unit_of_work(db_url) as session:
         held = service.request(session, ADMIN, "C", "C1", lease_seconds=10, now=t0)
@@ -141,13 +171,10 @@ def live(db_url: str) -> Iterator[str]:
         yield url
 
 
-def test_replicas_racing_for_one_permit_get_one_grant(live: str) -> None:
+def test_replicas_racing_for_one_permit_get_one_grant(ab: Api, live: str) -> None:
+    # Seeded through the in-process client on the same database the live server serves.
     admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
-    with httpx.Client(base_url=live, timeout=60) as client:
-        keys = {}
-        for name in ("A", "B"):
-            r = client.post("/v1/participants", json={"name": name, "capacity": 100}, headers=admin)
-            keys[name] = {"Authorization": f"Bearer {r.json()['api_key']}"}
+    keys = {name: ab.headers(name) for name in ("A", "B")}
     racers = 8
     start = threading.Barrier(racers)
 
@@ -172,3 +199,110 @@ def test_replicas_racing_for_one_permit_get_one_grant(live: str) -> None:
     with httpx.Client(base_url=live, timeout=60) as client:
         listed = client.get("/v1/permits", headers=admin).json()
     assert [(p["fragment"], p["holder"], p["fence"]) for p in listed] == [("C", winner, 1)]
+
+
+@pytest.mark.parametrize(
+    ("who", "path", "replica", "status", "body"),
+    [
+        (
+            "A",
+            "/v1/permits/nosuch/request",
+            "A",
+            404,
+            {
+                "detail": "no task named 'nosuch': a reconciliation permit is for a registered "
+                "task",
+                "field": "fragment",
+            },
+        ),
+        (
+            "admin",
+            "/v1/permits/nosuch/release",
+            "A",
+            404,
+            {
+                "detail": "no task named 'nosuch': a reconciliation permit is for a registered "
+                "task",
+                "field": "fragment",
+            },
+        ),
+        (
+            "E",
+            "/v1/permits/C/request",
+            "E",
+            403,
+            {
+                "detail": "participant 'E' holds no copy of fragment 'C' (neither its primary "
+                "host nor a replica host)",
+                "field": "fragment",
+            },
+        ),
+        (
+            "E",
+            "/v1/permits/C/release",
+            "C1",
+            403,
+            {
+                "detail": "participant 'E' holds no copy of fragment 'C' (neither its primary "
+                "host nor a replica host)",
+                "field": "fragment",
+            },
+        ),
+        # B hosts a replica of C, but A's copy is named after A: B cannot ask as it.
+        (
+            "B",
+            "/v1/permits/C/request",
+            "A",
+            403,
+            {
+                "detail": "replica 'A' of fragment 'C' is another participant's copy, "
+                "not participant 'B''s",
+                "field": "replica",
+            },
+        ),
+        # The permit is held by A's node C1: B asking as C1 would have "renewed" A's lease.
+        (
+            "B",
+            "/v1/permits/C/request",
+            "C1",
+            403,
+            {
+                "detail": "replica 'C1' of fragment 'C' is another participant's copy, "
+                "not participant 'B''s",
+                "field": "replica",
+            },
+        ),
+    ],
+)
+def test_refusals_name_fragment_and_participant_and_write_nothing(
+    ab: Api, db_url: str, who: str, path: str, replica: str, status: int, body: dict[str, str]
+) -> None:
+    held = ab.post("A", "/v1/permits/C/request", {"replica": "C1"})
+    assert held.status_code == 200 and held.json()["granted"] is True
+    before = snapshot(db_url)
+    assert [r[:3] for r in before[0]] == [("C", "C1", 1)]
+    refused = ab.post(who, path, {"replica": replica})
+    assert (refused.status_code, refused.json()) == (status, body)
+    assert snapshot(db_url) == before
+
+
+def test_each_copy_host_and_the_admin_may_ask(ab: Api, db_url: str) -> None:
+    # The replica host B, under its participant name (how the registry names its copy).
+    by_name = ab.post("B", "/v1/permits/D/request", {"replica": "B"}).json()
+    assert (by_name["granted"], by_name["holder"], by_name["participant"]) == (True, "B", "B")
+    # The primary host A, under a node name of its own, waits for B's lease.
+    waits = ab.post("A", "/v1/permits/D/request", {"replica": "D1"}).json()
+    assert (waits["granted"], waits["holder"]) == (False, "B")
+    assert ab.post("B", "/v1/permits/D/release", {"replica": "B"}).status_code == 200
+    # The operator may act for any copy, e.g. to free a permit a dead host holds.
+    admin = ab.post("admin", "/v1/permits/D/request", {"replica": "D1"}).json()
+    assert (admin["granted"], admin["holder"], admin["participant"], admin["fence"]) == (
+        True,
+        "D1",
+        None,
+        2,
+    )
+    released = ab.post("admin", "/v1/permits/D/release", {"replica": "D1"}).json()
+    assert (released["holder"], released["held"]) == (None, False)
+    rows, _ = snapshot(db_url)
+    assert [(*r[:3], r[4]) for r in rows] == [("D", None, None, 2)]

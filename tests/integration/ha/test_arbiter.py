@@ -164,6 +164,18 @@ def registry(db_url: str) -> Iterator[tuple[str, dict[str, str]]]:
             for n in ("A", "B")
         }
         admin.close()
+        # The registry arbitrates registered tasks for the participants holding a copy: A hosts
+        # fragment C, B its replica (the nodes ask under their node names, C1 and C2).
+        a, b = FedloadClient(url, keys["A"]), FedloadClient(url, keys["B"])
+        terms = {"partner": "B", "price_min": 0.5, "price_max": 0.6}
+        proposed = a._call(
+            "POST", "/v1/contracts", json={**terms, "availability": {"replica_hosting": True}}
+        )
+        b._call("POST", f"/v1/contracts/{proposed['id']}/accept", json={"version": 1})
+        a._call("POST", "/v1/tasks", json={"name": "C", "load": 1.0})
+        a._call("POST", "/v1/tasks/C/replicas", json={"k": 1})
+        a.close()
+        b.close()
         yield url, keys
 
 
