@@ -310,3 +310,31 @@ def timeline(
             )
     parts.append("</svg>")
     return Markup("".join(parts))
+
+
+def count_bars(items: Sequence[tuple[str, int]], *, label: str) -> Markup:
+    """One horizontal bar per name with its count written beside it (e.g. replicas hosted per
+    participant), on a scale shared by all bars so their lengths compare."""
+    width, bar_h, left, right, top = 520.0, 22.0, 120.0, 40.0, 6.0
+    height = top * 2 + bar_h * max(len(items), 1)
+    most = max((n for _, n in items), default=0) or 1
+    pw = width - left - right
+    parts = [
+        f'<svg class="count-bars" width="{width:.0f}" height="{height:.0f}" '
+        f'viewBox="0 0 {width:.0f} {height:.0f}" role="img" aria-label="{escape(label)}">'
+        f"<title>{escape(label)}</title>"
+    ]
+    for i, (name, n) in enumerate(items):
+        y = top + bar_h * i
+        w = n / most * pw
+        parts.append(
+            f'<g class="count-bar" data-name="{escape(name)}" data-count="{n}">'
+            f'<text class="tick" x="{left - 8:.0f}" y="{_f(y + bar_h * 0.68)}" '
+            f'text-anchor="end">{escape(name)}</text>'
+            f'<rect class="bar-fill bar-under" x="{left:.0f}" y="{_f(y + 3)}" width="{_f(w)}" '
+            f'height="{_f(bar_h - 6)}" rx="3"><title>{escape(name)}: {n}</title></rect>'
+            f'<text class="tick" x="{_f(left + w + 6)}" y="{_f(y + bar_h * 0.68)}">{n}</text>'
+            "</g>"
+        )
+    parts.append("</svg>")
+    return Markup("".join(parts))

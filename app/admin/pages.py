@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, RedirectResponse, Response
 
-from app.admin import figures, readmodels, reports
+from app.admin import charts, figures, readmodels, reports
 from app.admin.rendering import render
 from app.admin.security import AdminSession, LoginForm, safe_next, sign_in, sign_out
 from app.auth.dependencies import SessionDep, SettingsDep
@@ -104,6 +104,23 @@ def participant(
             "load_chart": figures.load_chart(detail),
             "mc_chart": figures.mc_chart(detail),
             "cost_curve": figures.cost_curve(detail),
+        },
+    )
+
+
+@router.get("/replicas")
+def replicas(
+    request: Request, _: AdminSession, session: SessionDep, settings: SettingsDep
+) -> Response:
+    view = readmodels.replica_overview(session, settings)
+    return render(
+        request,
+        "replicas.html",
+        {
+            "v": view,
+            "per_participant": charts.count_bars(
+                view.per_participant, label="replicas hosted per participant"
+            ),
         },
     )
 

@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.agent.bpm_decisions import BpmDecisions
@@ -23,7 +24,16 @@ from app.contracts.schemas import ContractEventRead, ContractRead, LedgerRead
 from app.errors import NotFound
 from app.market.cost_models import CostModelError, build_cost_model, marginal_cost
 from app.market.measured_allocation import LoadPoint, Verdict, verdict
-from app.models import AuditEntry, Contract, ContractStatus, Participant, ParticipantSample
+from app.models import (
+    AuditEntry,
+    Contract,
+    ContractStatus,
+    Participant,
+    ParticipantSample,
+    ReconciliationPermit,
+    Replica,
+    Task,
+)
 from app.movements import repository as movements_repo
 from app.movements import service as movements
 from app.movements.schemas import MovementRead
@@ -275,3 +285,112 @@ def audit_log(session: Session, limit: int = 200) -> list[AuditEntry]:
 
 def reason_counts(moves: list[MovementRead]) -> Counter[str]:
     return Counter(m.reason.value for m in moves)
+
+
+@dataclass(frozen=True)
+class CopyRow:
+    """One replica of a task, as the registry holds it."""
+
+    host: str
+    host_liveness: str
+    technique: str
+    # The DPC state the host last reported (STABLE, UP_FAILURE, STABILIZATION).
+    state: str
+    state_at: datetime
+    epoch: int
+    load: float
+
+
+@dataclass(frozen=True)
+class PermitRow:
+    holder: str
+    # The participant the permit was granted to; None when the operator asked for it.
+    participant: str | None
+    expires_at: datetime
+    fence: int
+
+
+@dataclass(frozen=True)
+class TaskCopies:
+    task: str
+    owner: str
+    primary_host: str
+    primary_liveness: str
+    replicas: list[CopyRow]
+    # The reconciliation permit while a replica holds an unexpired lease, else None.
+    permit: PermitRow | None
+
+
+@dataclass(frozen=True)
+class ReplicaOverview:
+    tasks: list[TaskCopies]
+    # Replicas hosted per participant (every participant, zeros included), by name.
+    per_participant: list[tuple[str, int]]
+
+
+def replica_overview(
+    session: Session, settings: Settings, now: datetime | None = None
+) -> ReplicaOverview:
+    """Each task with at least one replica: its primary host, every replica (host, state,
+    epoch) and the reconciliation permit holder with its lease expiry, if one is held."""
+    now = now or datetime.now(UTC)
+    people = {p.id: p for p in participants.all_participants(session)}
+    live = {
+        pid: liveness(
+            p.last_heartbeat_at,
+            now,
+            interval_seconds=settings.heartbeat_interval_seconds,
+            misses=settings.heartbeat_misses,
+        )
+        for pid, p in people.items()
+    }
+    by_task: dict[int, list[Replica]] = {}
+    for replica in session.scalars(select(Replica).order_by(Replica.task_id, Replica.id)):
+        by_task.setdefault(replica.task_id, []).append(replica)
+    task_rows: list[Task] = (
+        list(session.scalars(select(Task).where(Task.id.in_(by_task)).order_by(Task.name)))
+        if by_task
+        else []
+    )
+    permits = {
+        p.fragment: p
+        for p in session.scalars(select(ReconciliationPermit))
+        # Held now: a released permit or a lapsed lease has no holder to show.
+        if p.holder is not None and now < p.expires_at
+    }
+    out = []
+    for task in task_rows:
+        permit = permits.get(task.name)
+        out.append(
+            TaskCopies(
+                task=task.name,
+                owner=people[task.owner_id].name,
+                primary_host=people[task.host_id].name,
+                primary_liveness=live[task.host_id],
+                replicas=[
+                    CopyRow(
+                        host=people[r.participant_id].name,
+                        host_liveness=live[r.participant_id],
+                        technique=r.technique.value,
+                        state=r.state,
+                        state_at=r.state_at,
+                        epoch=r.lease_epoch,
+                        load=r.load,
+                    )
+                    for r in sorted(by_task[task.id], key=lambda r: people[r.participant_id].name)
+                ],
+                permit=None
+                if permit is None or permit.holder is None
+                else PermitRow(
+                    holder=permit.holder,
+                    participant=people[permit.participant_id].name
+                    if permit.participant_id in people
+                    else None,
+                    expires_at=permit.expires_at,
+                    fence=permit.fence,
+                ),
+            )
+        )
+    hosted = Counter(people[r.participant_id].name for copies in by_task.values() for r in copies)
+    per_participant = [(p.name, hosted.get(p.name, 0)) for p in people.values()]
+    return ReplicaOverview(tasks=out, per_participant=per_participant)
