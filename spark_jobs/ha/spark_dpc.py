@@ -1,6 +1,7 @@
 """DPC on Spark in wall-clock time: a live two-input query, one input cut off, then healed.
 
 python -m spark_jobs.ha.spark_dpc [--failures 2,5] [--mode cut|withhold] [--cut refuse|drop]
+    [--budget adaptive|fixed] [--redo yields|free] [--windows 2,10] [--rate 40]
     [--json FILE]
 
 Two producers publish one bucket of connection records per second as the wall clock passes its
@@ -65,15 +66,30 @@ from spark_jobs.runtime.transport import StreamServer
 
 BUCKET = 1.0
 WINDOW = 2
-SOURCE_A = ConnectionGenerator(seed=21, schedule=RateSchedule.constant(40), scan_rate=4)
-SOURCE_B = ConnectionGenerator(seed=22, schedule=RateSchedule.constant(40), scan_rate=4)
+RATE = 40
+
+
+def sources(rate: int = RATE) -> tuple[ConnectionGenerator, ConnectionGenerator]:
+    """The two producers' records: ``rate`` connections/s each, plus 4 scans/s per scanner."""
+    if rate <= 0:
+        raise ValueError(f"spark_dpc: rate must be positive, got {rate}")
+    return (
+        ConnectionGenerator(seed=21, schedule=RateSchedule.constant(rate), scan_rate=4),
+        ConnectionGenerator(seed=22, schedule=RateSchedule.constant(rate), scan_rate=4),
+    )
+
+
+SOURCE_A, SOURCE_B = sources()
 FailureMode = Literal["cut", "withhold"]
 
 
-def _spec(name: str, a: StreamRef, b: StreamRef, out: StreamRef) -> FragmentSpec:
+def _spec(
+    name: str, a: StreamRef, b: StreamRef, out: StreamRef, window: int = WINDOW
+) -> FragmentSpec:
+    # The window sets the state: one port set per (open window, source IP).
     return FragmentSpec(
         name=name,
-        build=functools.partial(distinct_port_counts, window_seconds=WINDOW, threshold=3),
+        build=functools.partial(distinct_port_counts, window_seconds=window, threshold=3),
         input_schema=CONNECTION_SCHEMA,
         inputs=(a, b),
         output=out,
@@ -98,20 +114,24 @@ def _second(stime: Any, epoch_ms: int) -> float:
     return round(stime.timestamp() - epoch_ms / 1000, 3)
 
 
-def reference(spark: SparkSession, root: Path, seconds: int) -> list[tuple[Any, ...]]:
+def reference(
+    spark: SparkSession, root: Path, seconds: int, *, window: int = WINDOW, rate: int = RATE
+) -> list[tuple[Any, ...]]:
     a, b, home = StreamServer(), StreamServer(), StreamServer()
-    # A directory per length: a leftover checkpoint would make the next reference resume.
-    host = FragmentRuntime("reference", spark, root / f"reference-{seconds}")
+    # A directory per run: a leftover checkpoint would make the next reference resume.
+    host = FragmentRuntime("reference", spark, root / f"reference-{seconds}-{window}-{rate}")
+    source_a, source_b = sources(rate)
     try:
         with _declared(a, "a") as ca, _declared(b, "b") as cb:
-            publish(ca, "a", SOURCE_A.seconds(0, seconds), BUCKET)
-            publish(cb, "b", SOURCE_B.seconds(0, seconds), BUCKET)
+            publish(ca, "a", source_a.seconds(0, seconds), BUCKET)
+            publish(cb, "b", source_b.seconds(0, seconds), BUCKET)
         _declared(home, "out").close()
         spec = _spec(
             "ref",
             StreamRef(a.location, "a"),
             StreamRef(b.location, "b"),
             StreamRef(home.location, "out"),
+            window,
         )
         host.start(spec, epoch=0).processAllAvailable()
         host.stop("ref")
@@ -131,22 +151,24 @@ def _produce(
     failure: int,
     stop: threading.Event,
     withhold: bool = True,
+    rate: int = RATE,
 ) -> None:
     """Publish second s of each source once the wall clock passes t0 + s + 1 (its end); with
     ``withhold``, B holds back the seconds of the failure until it ends."""
     held: list[int] = []
+    source_a, source_b = sources(rate)
     with StreamClient(a.location) as ca, StreamClient(b.location) as cb:
         for second in range(seconds):
             if stop.wait(max(0.0, t0 + second + 1 - time.time())):
                 return
-            publish(ca, "a", SOURCE_A.second(second), BUCKET)
+            publish(ca, "a", source_a.second(second), BUCKET)
             if withhold and fail_at <= second < fail_at + failure:
                 held.append(second)
             else:
                 for late in held:
-                    publish(cb, "b", SOURCE_B.second(late), BUCKET)
+                    publish(cb, "b", source_b.second(late), BUCKET)
                 held.clear()
-                publish(cb, "b", SOURCE_B.second(second), BUCKET)
+                publish(cb, "b", source_b.second(second), BUCKET)
 
 
 def _cut_and_heal(
@@ -180,12 +202,15 @@ def run(
     mode: FailureMode = "cut",
     cut_mode: CutMode = "drop",
     adaptive_budget: bool = False,
+    redo_yields: bool = True,
+    window: int = WINDOW,
+    rate: int = RATE,
 ) -> dict[str, Any]:
     if mode not in ("cut", "withhold"):
         raise ValueError(f"spark_dpc.run: mode must be 'cut' or 'withhold', got {mode!r}")
     a, b, home = StreamServer(), StreamServer(), StreamServer()
     host = FragmentRuntime(
-        f"dpc-{strategy}-{failure}", spark, root / f"{mode}-{strategy}-{failure}"
+        f"dpc-{strategy}-{failure}", spark, root / f"{mode}-{strategy}-{failure}-{window}-{rate}"
     )
     stop = threading.Event()
     producer: threading.Thread | None = None
@@ -205,18 +230,20 @@ def run(
             strategy=strategy,
             clock_offset_ms=round(t0 * 1000) - epoch_ms,
             adaptive_budget=adaptive_budget,
+            redo_yields=redo_yields,
         )
         spec = _spec(
             "ports",
             StreamRef(a.location, "a"),
             StreamRef(proxy.location if proxy is not None else b.location, "b"),
             StreamRef(home.location, "out"),
+            window,
         )
         node = DPCFragment(host, spec, settings, epoch=0)
         node.start(replay_from=round(epoch_ms / 1000 / BUCKET))
         producer = threading.Thread(
             target=_produce,
-            args=(a, b, t0, seconds, fail_at, failure, stop, proxy is None),
+            args=(a, b, t0, seconds, fail_at, failure, stop, proxy is None, rate),
             daemon=True,
         )
         producer.start()
@@ -234,7 +261,9 @@ def run(
             times["failure_at"] = t0 + fail_at + 1
             times["heal_at"] = t0 + fail_at + failure + 1
         healed_at: float | None = None
-        deadline = t0 + seconds + 60
+        # The redo replays the whole failure (and yields to the serving query): a long failure
+        # needs longer than a fixed minute after the input ends.
+        deadline = t0 + seconds + 60 + 2 * failure
         while time.time() < deadline:
             if node.poll() and healed_at is None:
                 healed_at = node.reconciliations[-1]["began"]
@@ -308,6 +337,18 @@ def run(
                 else None
             ),
             "final_state": str(node.state),
+            "window_s": window,
+            "rate": rate,
+            "redo_yields": redo_yields,
+            # Seconds the redo spent paused for the serving query (yield_redo).
+            "redo_paused_s": round(node.redo_paused_s, 3),
+            # State at the heal: the packed all-stable checkpoint and the state store's rows.
+            "checkpoint_bytes": (
+                int(node.reconciliations[0]["checkpoint_bytes"]) if node.reconciliations else None
+            ),
+            "state_rows": (
+                int(node.reconciliations[0]["state_rows"]) if node.reconciliations else None
+            ),
             "budget": "adaptive" if adaptive_budget else "fixed",
             # Adaptive: the lowest budget the poller set (ms); fixed: 0.9 X.
             "min_budget_ms": min((b for _, b in node.budgets), default=settings.delay_budget_ms),
@@ -346,18 +387,40 @@ def main(argv: list[str] | None = None) -> int:
         default="adaptive",
         help="delay budget: X minus the measured batch time (capped at 0.9 X), or 0.9 X",
     )
+    parser.add_argument(
+        "--redo",
+        choices=["yields", "free"],
+        default="yields",
+        help="the redo copy pauses while the serving query needs the cores, or runs freely",
+    )
+    parser.add_argument(
+        "--windows",
+        default=str(WINDOW),
+        help="window sizes, seconds (the state grows with the window: reconciliation vs state)",
+    )
+    parser.add_argument("--rate", type=int, default=RATE, help="connections/s per producer")
+    parser.add_argument(
+        "--strategies",
+        default=",".join(str(s) for s in DelayStrategy),
+        help="delay strategies to run (delay_each, delay_first)",
+    )
     args = parser.parse_args(argv)
     failures = [int(f) for f in args.failures.split(",")]
+    windows = [int(w) for w in args.windows.split(",")]
+    strategies = [DelayStrategy(s) for s in args.strategies.split(",")]
+    if any(f <= 0 for f in failures) or any(w <= 0 for w in windows):
+        parser.error(f"--failures and --windows must be positive: {failures}, {windows}")
     from spark_jobs.session import build_session
 
     spark = build_session(app_name="spark-dpc", master="local[2]", shuffle_partitions=2)
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        for failure in failures:
-            seconds = 4 + failure + 5
-            expected = reference(spark, root, seconds)
-            for strategy in DelayStrategy:
+        for window, failure in ((w, f) for w in windows for f in failures):
+            # Past the failure, long enough for the last window to close.
+            seconds = 4 + failure + 3 + window
+            expected = reference(spark, root, seconds, window=window, rate=args.rate)
+            for strategy in strategies:
                 result = run(
                     spark,
                     root,
@@ -368,6 +431,9 @@ def main(argv: list[str] | None = None) -> int:
                     mode=args.mode,
                     cut_mode=args.cut,
                     adaptive_budget=args.budget == "adaptive",
+                    redo_yields=args.redo == "yields",
+                    window=window,
+                    rate=args.rate,
                 )
                 brief = {k: v for k, v in result.items() if k not in ("batches", "history")}
                 print(json.dumps(brief), flush=True)

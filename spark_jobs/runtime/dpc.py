@@ -28,8 +28,11 @@ query (Borealis SIGMOD 2005, sections 4-5):
   serving query, then, under the output's lock, sends UNDO, the held corrections (dropping rows
   already sent stably), and from then on the redo copy is the fragment's query
   (``FragmentRuntime.adopt``: its directory becomes the fragment's checkpoint) and its output is
-  stable; REC_DONE follows once it has passed the last bucket processed tentatively. A redo that
-  meets tentative input itself (a new failure) is dropped and tried again after the next heal.
+  stable; REC_DONE follows once it has passed the last bucket processed tentatively. While
+  the redo runs it yields: it plans no batch while the serving query has one running or due
+  (``DPCFragment.yield_redo`` says why), so new buckets still leave within X after the heal.
+  A redo that meets tentative input itself (a new failure) is dropped and tried again after the
+  next heal.
 - The reconciliation state (the all-stable checkpoint, SOutput's dedup state, the sequence
   number, the node state, which directory is the fragment's) is written atomically under
   ``<root>/<name>.dpc`` after every batch (``DPCStore``). A new ``DPCFragment`` for the same
@@ -121,6 +124,9 @@ class DPCSettings:
     # On: the poller measures the serving query's recent batches and lowers the budget to
     # X - (median recent batch + a trigger), never above 0.9 X (see DPCFragment.adapt_budget).
     adaptive_budget: bool = False
+    # On: a redo copy yields to the serving query (DPCFragment.yield_redo): it plans no new
+    # batch while a serving batch runs or a bucket that ended less than X ago waits to be sent.
+    redo_yields: bool = True
 
     def __post_init__(self) -> None:
         if self.max_delay_seconds <= 0:
@@ -196,6 +202,18 @@ class DPCStore:
         self.spool_path = self.directory / "spool"
         # The current delay budget in ms, when it adapts to the batch time (option budget_file).
         self.budget_path = self.directory / "budget"
+
+    def pause_path(self, copy: str) -> Path:
+        """While this file exists, the redo copy ``copy`` plans no new batch (option
+        ``pause_file``). One per copy: a copy becomes the serving query at the switch and must
+        not read the next redo's pause."""
+        return self.directory / f"pause-{copy}"
+
+    def pause(self, copy: str, paused: bool) -> None:
+        if paused:
+            self.pause_path(copy).touch()
+        else:
+            self.pause_path(copy).unlink(missing_ok=True)
 
     @staticmethod
     def _write(path: Path, data: bytes) -> None:
@@ -655,6 +673,8 @@ class DPCFragment:
         for stale in runtime.checkpoint_root.glob(f"{spec.name}.redo-*"):
             if stale != self.sink.checkpoint_dir:
                 shutil.rmtree(stale, ignore_errors=True)
+        for pause in self.store.directory.glob("pause-*"):
+            pause.unlink(missing_ok=True)
         self._request = request_permission or (lambda _name: True)
         self._release = release_permission or (lambda _name: None)
         self._permit = False
@@ -662,6 +682,9 @@ class DPCFragment:
         # Adaptive budget: the last one written, and (wall time, ms) on every change.
         self._budget: int | None = None
         self.budgets: list[tuple[float, int]] = []
+        # Redo yielding: when the current pause began (None: not paused), seconds paused per redo.
+        self._paused_since: float | None = None
+        self.redo_paused_s = 0.0
 
     @property
     def state(self) -> NodeState:
@@ -732,6 +755,49 @@ class DPCFragment:
             self.budgets.append((time.time(), budget))
         return budget
 
+    def serving_needs_cores(self) -> bool:
+        """The serving query has a batch running, or (wall clock) a bucket that ended less than
+        X ago and is not sent yet: a redo batch started now would stretch its latency past X."""
+        status = self.query().status
+        if status.get("isTriggerActive") and status.get("isDataAvailable"):
+            return True
+        end = self.sink.processed_end
+        if self.settings.clock is not None or end is None:
+            # An injected clock is a stream: asking it here would be a Flight call per poll.
+            return False
+        bucket_ms = round(self.spec.bucket_seconds * 1000)
+        now_ms = time.time() * 1000 - self.settings.clock_offset_ms
+        oldest_end_ms = (end + 1) * bucket_ms
+        # Older than X: it has missed X already, and yielding for it would starve the redo once
+        # the input stops (the clock goes on, nothing comes).
+        return oldest_end_ms <= now_ms < oldest_end_ms + self.settings.max_delay_seconds * 1000
+
+    def yield_redo(self, redo: Redo) -> None:
+        """Pause the redo copy's planning while the serving query needs the cores.
+
+        Why not the budget: after the heal every new bucket has all its boundaries and goes at
+        once (``hold_healed=false``), so the budget does not delay it; its latency is the
+        trigger plus the serving batch, and that batch ran 2-3x slower while the redo's batches
+        (its first one restores state and plans, for seconds) took the two cores. The median of
+        the serving query's recent batches cannot foresee that, and lowering the budget only
+        makes more tentative rows. So the redo goes in the gaps: between serving batches, it
+        plans its next one (up to ``max_buckets_per_batch`` buckets); a redo batch already
+        running finishes, so the serving query shares the cores with at most one of them."""
+        paused = self.serving_needs_cores()
+        now = time.time()
+        if paused and self._paused_since is None:
+            self._paused_since = now
+        elif not paused and self._paused_since is not None:
+            self.redo_paused_s += now - self._paused_since
+            self._paused_since = None
+        self.store.pause(redo.copy, paused)
+
+    def _unpause(self, copy: str) -> None:
+        if self._paused_since is not None:
+            self.redo_paused_s += time.time() - self._paused_since
+            self._paused_since = None
+        self.store.pause(copy, False)
+
     def poll(self) -> bool:
         """Advance reconciliation; True when it started a redo copy (the heal was noticed and
         the permit granted). The permit is held from the redo's start to REC_DONE."""
@@ -742,12 +808,19 @@ class DPCFragment:
             if self._permit and self.sink.state is NodeState.STABLE:
                 self._permit = False
                 self._release(self.spec.name)
-            if not self.healed() or not self._request(self.spec.name):
+            if not self.healed():
+                return False
+            if self.settings.redo_yields and self.serving_needs_cores():
+                # Start the redo in a gap too: starting a query (its source's Python worker,
+                # the checkpoint) costs a second or two of CPU on the same cores.
+                return False
+            if not self._request(self.spec.name):
                 return False
             self._permit = True
             self.begin_redo()
             return True
         if redo.aborted:
+            self._unpause(redo.copy)
             self.runtime.stop(redo.copy)
             self.sink.drop_redo()
             shutil.rmtree(redo.sink.checkpoint_dir, ignore_errors=True)
@@ -756,6 +829,8 @@ class DPCFragment:
             return False
         if self.sink.caught_up():
             self.switch()
+        elif self.settings.redo_yields:
+            self.yield_redo(redo)
         return False
 
     def begin_redo(self) -> None:
@@ -772,14 +847,41 @@ class DPCFragment:
         # the serving one (a restart of the same query, spark.sql.streaming.stopActiveRunOnRestart).
         (directory / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}) + "\n")
         sink = self.sink.open_redo(copy, directory)
-        self.runtime.start_copy(self.spec, copy, directory, epoch=self.epoch, sink=sink)
-        self.reconciliations.append({"began": began, "redo_started": time.time()})
+        spec = self.spec
+        if self.settings.redo_yields:
+            # Born paused: its first batch (state restore, planning) is the heaviest, and the next
+            # poll decides whether the serving query can spare the cores for it now.
+            self.store.pause(copy, True)
+            self._paused_since = time.time()
+            spec = dataclasses.replace(
+                spec, options={**spec.options, "pause_file": str(self.store.pause_path(copy))}
+            )
+        self.runtime.start_copy(spec, copy, directory, epoch=self.epoch, sink=sink)
+        record: dict[str, float] = {"began": began, "redo_started": time.time()}
+        # State size at the heal, for reconciliation time vs state size: the packed all-stable
+        # checkpoint the redo restores, and the rows in the serving query's state store.
+        record["checkpoint_bytes"] = len(packed.data)
+        try:
+            recent = self.query().recentProgress
+        except KeyError:
+            recent = []
+        record["state_rows"] = (
+            max(
+                (sum(int(op.get("numRowsTotal", 0)) for op in p.get("stateOperators") or []))
+                for p in recent
+            )
+            if recent
+            else 0
+        )
+        self.reconciliations.append(record)
 
     def switch(self) -> None:
         """Stop the serving query, then UNDO + corrections and serve from the redo copy."""
         redo = self.sink.redo
         assert redo is not None
         old = self.runtime.checkpoint_dir(self.spec.name)
+        # The copy becomes the serving query: it must never read its pause file again.
+        self._unpause(redo.copy)
         self.runtime.stop(self.spec.name)
         self.sink.switch()
         self.runtime.adopt(self.spec.name, redo.copy)

@@ -35,7 +35,9 @@ node's queries commits). ``budget_file``: a file holding the delay budget in ms,
 trigger (the node lowers it from the measured batch time so that X holds on a busy machine;
 absent, ``delay_budget_ms`` applies). ``hold_healed=false`` turns off the hold of now-stable
 buckets in failure: a node that redoes on a copy of its query keeps serving, and holding would
-add the budget to every new bucket.
+add the budget to every new bucket. ``pause_file`` (a DPC redo copy only): while that file exists
+the reader plans no new batch (the offset stays at its start), so the node can make the redo
+yield the cores to the serving query when a serving batch is due (``dpc.py``, ``DPCFragment``).
 
 Unreachable inputs (a cut link, a partition). DPC exists to keep producing when an input is
 gone, so the source must not fail the query when a producer cannot be reached:
@@ -228,6 +230,7 @@ class SUnionReader(DataSourceStreamReader):
         )
         self.ack_limit_file = options.get("ack_limit_file")
         self.budget_file = options.get("budget_file")
+        self.pause_file = options.get("pause_file")
         self.hold_healed = options.get("hold_healed", "true") == "true"
         self.call_timeout_s = int(options.get("call_timeout_ms", "1000")) / 1000
         if self.call_timeout_s <= 0:
@@ -435,6 +438,10 @@ class SUnionReader(DataSourceStreamReader):
     def latestOffset(
         self, start: dict[str, int] | None = None, limit: Any = None
     ) -> dict[str, int]:
+        if start is not None and self.pause_file is not None and os.path.exists(self.pause_file):
+            # Paused (a redo yielding to the serving query): "no new data" is an offset equal
+            # to the start. Not on the first call: Spark needs one offset to begin from.
+            return start
         if self.delay_budget_ms is not None:
             result: dict[str, int] = self._dpc_offset(start)
             return result
