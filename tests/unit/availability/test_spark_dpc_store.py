@@ -11,11 +11,14 @@ from pyspark.sql.types import StructType
 from app.availability.node import Checkpoint
 from app.availability.states import NodeState
 from app.availability.tuples import Kind, Row
+from spark_jobs.generators import ConnectionGenerator
+from spark_jobs.runtime import StreamClient, publish
 from spark_jobs.runtime.dpc import DPCOutput, DPCStore
 from spark_jobs.runtime.sunion import Spool, SUnionReader
-from spark_jobs.runtime.transport import PackedCheckpoint
+from spark_jobs.runtime.transport import PackedCheckpoint, StreamServer
 
 ROWS = [Row(1000, "a"), Row(2000, "b")]
+SOURCE = ConnectionGenerator(seed=5)
 
 
 def _output(root: Path) -> DPCOutput:
@@ -93,3 +96,31 @@ def test_spool_holds_whole_buckets_and_trims_below_a_bucket(tmp_path):
     # No temporary file is left beside the buckets.
     leftovers = [p.name for p in (tmp_path / "spool").rglob("*") if p.name.endswith(".tmp")]
     assert leftovers == []
+
+
+def test_a_paused_reader_plans_nothing_until_its_own_pause_file_goes(tmp_path):
+    """A redo copy yields to the serving query through its pause file (real Flight log, no
+    Spark): while the file exists the offset stays at the start; without it the reader moves on;
+    another copy's pause file does not stop it."""
+    server = StreamServer()
+    try:
+        with StreamClient(server.location) as client:
+            client.declare("a", 1.0)
+            publish(client, "a", SOURCE.seconds(0, 3), 1.0)
+        store = DPCStore(tmp_path / "s")
+        options = {
+            "inputs": json.dumps([{"location": server.location, "stream": "a"}]),
+            "consumer": "frag",
+            "pause_file": str(store.pause_path("frag.redo-1")),
+        }
+        reader = SUnionReader(options, StructType([]))
+        begin = reader.initialOffset()
+        start = {"bucket": begin["bucket"], "tentative_from": begin["bucket"]}
+        store.pause("frag.redo-1", True)
+        assert reader.latestOffset(start) == start
+        store.pause("frag.redo-2", True)
+        store.pause("frag.redo-1", False)
+        assert not store.pause_path("frag.redo-1").exists()
+        assert reader.latestOffset({"bucket": begin["bucket"]}) == {"bucket": begin["bucket"] + 3}
+    finally:
+        server.shutdown()
