@@ -10,7 +10,8 @@ from tests.integration.admin.seeding import Federation
 
 
 class PutClient(Protocol):
-    def put(self, url: str, **kwargs: Any) -> Any: ...
+    # Keyword-only, as both httpx.Client.put and TestClient.put declare them.
+    def put(self, url: str, *, json: Any = ..., headers: dict[str, str] = ...) -> Any: ...
 
 
 @dataclass(frozen=True)

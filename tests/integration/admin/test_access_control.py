@@ -25,6 +25,7 @@ SAMPLE_URLS: dict[tuple[str, str], str] = {
     ("GET", "/contracts"): "/admin/contracts",
     ("GET", "/contracts/{contract_id}"): "/admin/contracts/1",
     ("GET", "/movements"): "/admin/movements",
+    ("GET", "/replicas"): "/admin/replicas",
     ("GET", "/participants/{name}"): "/admin/participants/A",
     ("GET", "/audit"): "/admin/audit",
     ("GET", "/reports"): "/admin/reports",
