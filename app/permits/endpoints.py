@@ -34,7 +34,7 @@ def request_permit(
     The fragment is a registered task's name (404 otherwise). A participant asks only for a
     task it holds a copy of, as its primary host or one of its replica hosts, and under its own
     copy's name: its participant name, or a node name of its choosing that is neither another
-    copy host's participant name nor a replica name the permit was granted under to another
+    participant's name nor a replica name the permit was granted under to another
     participant (403 naming the fragment and the participant otherwise). An admin may ask for
     any copy. Refusals write nothing."""
     return service.request(

@@ -18,8 +18,8 @@ under a replica name that is its own copy's (403 otherwise). The registry names 
 participant hosting it (``tasks.host``, ``GET /v1/replicas`` ``host``), and a participant holds
 at most one copy of a task, so its copy may be asked for under its own participant name or a
 node name of its choosing (the DPC nodes use theirs, e.g. ``C1``) that is not another copy's:
-neither the name of another participant holding a copy, nor the replica name under which the
-permit was granted to another participant. An admin may act for any copy of a registered task.
+neither another participant's name, nor the replica name under which the permit was granted to
+another participant. An admin may act for any copy of a registered task.
 """
 
 from __future__ import annotations
@@ -71,22 +71,26 @@ def _authorise(session: Session, principal: Principal, fragment: str, replica: s
             "host nor a replica host)",
             field="fragment",
         )
-    others = set(
-        session.scalars(
-            select(Participant.name).where(Participant.id.in_(copies - {principal.participant_id}))
-        )
-    )
+    # Any other participant's name stands for that participant's copy (or for none of this
+    # one's): never a name this participant may ask under.
+    named = session.scalar(select(Participant.id).where(Participant.name == replica))
     granted_to = session.scalar(
         select(ReconciliationPermit.participant_id).where(
             ReconciliationPermit.fragment == fragment, ReconciliationPermit.holder == replica
         )
     )
-    if replica in others or granted_to not in (None, principal.participant_id):
-        raise Forbidden(
-            f"replica {replica!r} of fragment {fragment!r} is another participant's copy, "
-            f"not participant {who!r}'s",
-            field="replica",
-        )
+    if named not in (None, principal.participant_id) or granted_to not in (
+        None,
+        principal.participant_id,
+    ):
+        raise Forbidden(_not_yours(fragment, replica, who), field="replica")
+
+
+def _not_yours(fragment: str, replica: str, who: str) -> str:
+    return (
+        f"replica {replica!r} of fragment {fragment!r} is not participant {who!r}'s copy: it "
+        "names another participant or was granted to another participant's copy"
+    )
 
 
 def _locked_row(session: Session, fragment: str, now: datetime) -> ReconciliationPermit:
@@ -142,11 +146,7 @@ def request(
     ):
         # Granted to another participant between the check above and the lock: a "renewal"
         # under its copy's name would hand that participant's permit over.
-        raise Forbidden(
-            f"replica {replica!r} of fragment {fragment!r} is another participant's copy, "
-            f"not participant {principal.name!r}'s",
-            field="replica",
-        )
+        raise Forbidden(_not_yours(fragment, replica, principal.name), field="replica")
     decision = leases.request(_permit(row), replica, now.timestamp(), lease_seconds)
     if decision.granted:
         new_holder = decision.permit.fence != row.fence

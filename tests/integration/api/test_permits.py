@@ -86,8 +86,8 @@ def test_one_holder_renewal_release_and_fence(ab: Api) -> None:
     impostor = ab.post("B", "/v1/permits/C/release", {"replica": "C1"})
     assert impostor.status_code == 403
     assert impostor.json() == {
-        "detail": "replica 'C1' of fragment 'C' is another participant's copy, "
-        "not participant 'B''s",
+        "detail": "replica 'C1' of fragment 'C' is not participant 'B''s copy: it names "
+        "another participant or was granted to another participant's copy",
         "field": "replica",
     }
 
@@ -255,8 +255,20 @@ def test_replicas_racing_for_one_permit_get_one_grant(ab: Api, live: str) -> Non
             "A",
             403,
             {
-                "detail": "replica 'A' of fragment 'C' is another participant's copy, "
-                "not participant 'B''s",
+                "detail": "replica 'A' of fragment 'C' is not participant 'B''s copy: it names "
+                "another participant or was granted to another participant's copy",
+                "field": "replica",
+            },
+        ),
+        # E holds no copy of C, but its name stands for E's copies: not a name B may use.
+        (
+            "B",
+            "/v1/permits/C/release",
+            "E",
+            403,
+            {
+                "detail": "replica 'E' of fragment 'C' is not participant 'B''s copy: it names "
+                "another participant or was granted to another participant's copy",
                 "field": "replica",
             },
         ),
@@ -267,8 +279,8 @@ def test_replicas_racing_for_one_permit_get_one_grant(ab: Api, live: str) -> Non
             "C1",
             403,
             {
-                "detail": "replica 'C1' of fragment 'C' is another participant's copy, "
-                "not participant 'B''s",
+                "detail": "replica 'C1' of fragment 'C' is not participant 'B''s copy: it names "
+                "another participant or was granted to another participant's copy",
                 "field": "replica",
             },
         ),
