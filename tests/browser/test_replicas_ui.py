@@ -38,6 +38,9 @@ def seeded(
         session_secret="browser-session-secret",
         environment="test",
         reports_dir=work / "reports",
+        # An hour, not the 10 s default: on a loaded machine the page may be read more than
+        # 10 s after the seeding, and a lapsed lease is rightly shown as no holder.
+        permit_lease_seconds=3600,
     )
     with serve(settings) as base, httpx.Client(base_url=base, timeout=30) as client:
         # httpx.Client's keyword-only signature is what HttpClient's **kwargs stand for.

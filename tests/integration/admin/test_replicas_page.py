@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta
+from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
 from app.admin import readmodels
@@ -13,6 +15,22 @@ from app.db.session import unit_of_work
 from app.settings import Settings
 from tests.integration.admin.replica_seeding import SeededReplicas, seed_replicas
 from tests.integration.admin.seeding import Federation
+from tests.integration.api.conftest import ADMIN_KEY
+
+
+@pytest.fixture
+def settings(db_url: str, tmp_path: Path) -> Settings:
+    """The admin tests' settings with an hour's permit lease (not the 10 s default): on a
+    loaded machine the page may be read more than 10 s after the seeding, and a lapsed lease
+    is rightly shown as no holder."""
+    return Settings(
+        database_url=db_url,
+        admin_key=ADMIN_KEY,
+        session_secret="test-session-secret",
+        environment="test",
+        reports_dir=tmp_path / "reports",
+        permit_lease_seconds=3600,
+    )
 
 
 def _seed(federation: Federation, app_client: TestClient) -> SeededReplicas:
