@@ -342,6 +342,8 @@ def run(
             "redo_yields": redo_yields,
             # Seconds the redo spent paused for the serving query (yield_redo).
             "redo_paused_s": round(node.redo_paused_s, 3),
+            # Redo copies whose query died and were started again.
+            "redo_failures": node.redo_failures,
             # State at the heal: the packed all-stable checkpoint and the state store's rows.
             "checkpoint_bytes": (
                 int(node.reconciliations[0]["checkpoint_bytes"]) if node.reconciliations else None

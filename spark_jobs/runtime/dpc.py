@@ -685,6 +685,8 @@ class DPCFragment:
         # Redo yielding: when the current pause began (None: not paused), seconds paused per redo.
         self._paused_since: float | None = None
         self.redo_paused_s = 0.0
+        # Redo copies whose query died before the switch (each was dropped and started again).
+        self.redo_failures = 0
 
     @property
     def state(self) -> NodeState:
@@ -819,6 +821,12 @@ class DPCFragment:
             self._permit = True
             self.begin_redo()
             return True
+        if not redo.aborted and not self.runtime.is_running(redo.copy):
+            # The copy's query died (seen at load 24: its Python worker did not connect back in
+            # time). It sent nothing, so drop it like one that met tentative input: the next
+            # poll starts a new copy, instead of staying in UP_FAILURE for good.
+            redo.aborted = True
+            self.redo_failures += 1
         if redo.aborted:
             self._unpause(redo.copy)
             self.runtime.stop(redo.copy)

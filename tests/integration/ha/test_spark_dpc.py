@@ -179,7 +179,15 @@ def test_withheld_input_goes_tentative_then_reconciles_to_the_reference(
         # started from the all-stable checkpoint, while the serving query goes on.
         publish(b, "b", OTHER.seconds(WITHHELD_FROM, SECONDS), BUCKET)
         serving = node.query()
-        assert node.poll(), "healed and permitted: the redo copy starts"
+        # The redo starts in a gap of the serving query (it yields the cores), so it may take a
+        # few polls; it must start once the serving query has processed the heal.
+        started = node.poll()
+        start_by = time.monotonic() + 60
+        while not started and time.monotonic() < start_by:
+            serving.processAllAvailable()
+            time.sleep(0.1)
+            started = node.poll()
+        assert started, "healed and permitted: the redo copy starts"
         assert node.sink.redo is not None
         assert serving.isActive, (
             f"the serving query keeps running during the redo: {serving.exception()}"
