@@ -26,6 +26,15 @@ from tests.integration.api.test_replica_market import contract
 from tests.support.live_server import serve
 
 
+@pytest.fixture
+def settings(db_url: str) -> Settings:
+    """An hour's lease (not the 10 s default): these tests expect a holder to still hold the
+    permit several requests later, which a loaded machine could stretch past 10 s."""
+    return Settings(
+        database_url=db_url, admin_key=ADMIN_KEY, environment="test", permit_lease_seconds=3600
+    )
+
+
 def seed_copies(api: Api) -> Api:
     """A owns and hosts tasks C and D, each with one replica on B; E holds no copy of either."""
     for name in ("A", "B", "E"):
@@ -165,8 +174,7 @@ def test_lease_expiry_frees_the_permit_for_the_next_asker(ab: Api, db_url: str) 
 
 
 @pytest.fixture
-def live(db_url: str) -> Iterator[str]:
-    settings = Settings(database_url=db_url, admin_key=ADMIN_KEY, environment="test")
+def live(settings: Settings) -> Iterator[str]:
     with serve(settings) as url:
         yield url
 
