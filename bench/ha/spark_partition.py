@@ -37,6 +37,7 @@ def _row(report: dict[str, Any]) -> dict[str, Any]:
         "detection_ms": report["detected_after_ms"],
         "switches": len(report["switches"]),
         "false_suspicions": report["false_suspicions"],
+        "longest_silence_ms": report["longest_silence_on_live_link_ms"],
         "rows_by_replica": report["rows_by_replica"],
         "rows_after_heal": report["rows_after_heal"],
         "b_back_after_heal_ms": report["b_heard_again_after_heal_ms"],
@@ -50,15 +51,17 @@ def _row(report: dict[str, Any]) -> dict[str, Any]:
 def _table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| run | cut | failure | detection + switch | switches | false suspicions "
-        "| rows via B / via R | rows after heal | B answers again | baseline latency "
-        "| max added latency | tentative | checks |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| longest silence B / R | rows via B / via R | rows after heal | B answers again "
+        "| baseline latency | max added latency | tentative | checks |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for i, row in enumerate(rows, 1):
         via = row["rows_by_replica"]
+        silence = row["longest_silence_ms"]
         lines.append(
             f"| {i} | {row['cut_mode']} | {_s(row['fail_for_ms'])} | {_s(row['detection_ms'])} "
-            f"| {row['switches']} | {row['false_suspicions']} | {via['B']} / {via['R']} "
+            f"| {row['switches']} | {row['false_suspicions']} "
+            f"| {silence['B']} / {silence['R']} ms | {via['B']} / {via['R']} "
             f"| {row['rows_after_heal']} | {_s(row['b_back_after_heal_ms'])} "
             f"| {_s(row['baseline_latency_ms'])} "
             f"| {_s(row['max_added_latency_ms'])} | {row['tentative_tuples']} "

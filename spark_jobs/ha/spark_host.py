@@ -41,6 +41,7 @@ from typing import Any
 import pyarrow as pa
 
 from spark_jobs.generators import ConnectionGenerator, RateSchedule
+from spark_jobs.ha.heartbeat import Responder
 from spark_jobs.ha.spark_control import ActionServer, Handler, RemoteCoordinator, spec_of
 from spark_jobs.runtime.host import FragmentRuntime, StreamRef, pack_directory
 from spark_jobs.runtime.movement import AlreadyShipped, NoCheckpoint, relocate
@@ -113,6 +114,9 @@ class SparkHost:
 
         self.name = name
         self.root = root
+        # Heartbeats are answered by a process of their own, started from the main thread (its
+        # parent-death signal follows the thread that started it): see spark_jobs.ha.heartbeat.
+        self.heartbeat = Responder()
         # One core per host: B and B2 share the machine's two with the producer and driver.
         self.spark = build_session(app_name=f"ha-{name}", master="local[1]", shuffle_partitions=2)
         self.runtime = FragmentRuntime(name, self.spark, root / "checkpoints")
@@ -120,6 +124,7 @@ class SparkHost:
         self.errors: list[str] = []
         self.shipments: list[dict[str, Any]] = []
         self._references = 0
+        self._stalls: list[tuple[float, float]] = []
 
     def handlers(self) -> dict[str, Handler]:
         return {
@@ -129,8 +134,25 @@ class SparkHost:
             "take_over": self.take_over,
             "reference": self.reference,
             "stop": self.runtime.discard,
+            "probe_stalls": self.probe_stalls,
+            "stalls": lambda: list(self._stalls),
             "shutdown": self.stopped.set,
         }
+
+    def probe_stalls(self, seconds: float, tick_s: float = 0.005) -> None:
+        """For ``bench/ha/heartbeat_starvation``: a thread of this process that sleeps
+        ``tick_s`` at a time and records (when, how late) each wake-up later than 50 ms. It needs
+        the GIL to wake up, as every Python heartbeat handler here does."""
+
+        def run() -> None:
+            end = time.monotonic() + seconds
+            while (now := time.monotonic()) < end:
+                time.sleep(tick_s)
+                late = time.monotonic() - now - tick_s
+                if late > 0.05:
+                    self._stalls.append((time.time(), round(late, 4)))
+
+        threading.Thread(target=run, name="stall-probe", daemon=True).start()
 
     def start(
         self,
@@ -317,6 +339,7 @@ class SparkHost:
     def close(self) -> None:
         self.runtime.close()
         self.spark.stop()
+        self.heartbeat.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -329,17 +352,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=40.0)
     args = parser.parse_args(argv)
     worker: Source | SparkHost
+    ready: dict[str, Any] = {"pid": os.getpid()}
     if args.role == "source":
         worker = Source(generator(args.seed, args.rate))
-        location = worker.server.location
+        ready["location"] = worker.server.location
     else:
         worker = SparkHost(args.name, args.root or Path(f"/tmp/spark-host-{args.name}"))
-        location = worker.runtime.location
+        ready["location"] = worker.runtime.location
+        # Where peers send heartbeats: the responder, not this process (spark_jobs.ha.heartbeat).
+        ready["heartbeat"] = worker.heartbeat.location
+        ready["heartbeat_pid"] = worker.heartbeat.proc.pid
     control = ActionServer(worker.handlers())
     signal.signal(signal.SIGTERM, lambda *_: worker.stopped.set())
-    _write_ready(
-        args.ready, {"pid": os.getpid(), "location": location, "control": control.location}
-    )
+    ready["control"] = control.location
+    _write_ready(args.ready, ready)
     worker.stopped.wait()
     # Answer the shutdown call before the server goes.
     time.sleep(0.1)

@@ -8,9 +8,15 @@ own ``FaultProxy``, so the B-C link can be cut for real (TCP held or reset) whil
 running and every other link stays up.
 
 C's two activities, both only through the proxies:
-- heartbeats: one thread per replica asks for the output stream's ``info`` every heartbeat
+- heartbeats: one thread per replica pings the replica's heartbeat responder every heartbeat
   interval; an answer is a heartbeat to ``app.availability.detector.FailureDetector``, which
-  declares the replica failed after ``misses`` silent intervals;
+  declares the replica failed after ``misses`` silent intervals. The responder is a small
+  process of the host's (``spark_jobs.ha.heartbeat``: it dies with the host) on a port of its
+  own, reached through a second proxy of the same link that is cut and healed with the data
+  proxy. Asking the host's Flight server (``info``) instead, as this scenario first did, needs
+  the host's GIL, which its Spark work holds for more than 300 ms at times: a healthy B was
+  declared failed before any cut at the designed 100 ms x 3 (measured in
+  ``bench/ha/heartbeat_starvation.py``);
 - reading: C reads complete buckets only (below the stream's BOUNDARY), in order, from the
   replica ``app.availability.upstream.UpstreamSelector`` chooses; a failed replica is
   unreachable to the selector. The hosts run no DPC, so every reachable replica is STABLE: the
@@ -31,6 +37,7 @@ equal to the reference, and B's own log equal to R's (B kept working: a partitio
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -44,6 +51,7 @@ from app.availability.detector import FailureDetector, PeerStatus
 from app.availability.states import NodeState
 from app.availability.upstream import ReplicaView, UpstreamSelector
 from spark_jobs.ha.faultproxy import CutMode, FaultProxy
+from spark_jobs.ha.heartbeat import HeartbeatClient, port_of
 from spark_jobs.ha.spark_control import ActionClient
 from spark_jobs.ha.spark_crash import (
     FRAGMENT,
@@ -148,12 +156,14 @@ class PartitionConsumer:
     def __init__(
         self,
         proxies: dict[str, FaultProxy],
+        heartbeat_proxies: dict[str, FaultProxy],
         stream: str,
         start_bucket: int,
         heartbeat_s: float,
         misses: int,
     ) -> None:
         self.proxies = proxies
+        self.heartbeat_proxies = heartbeat_proxies
         self.stream = stream
         self.names = tuple(proxies)
         self.interval = heartbeat_s
@@ -171,6 +181,8 @@ class PartitionConsumer:
         self.switches: list[dict[str, Any]] = []
         # Per replica, the first answer after a silence the detector called a failure.
         self.back_at: dict[str, list[float]] = {name: [] for name in self.names}
+        # Per replica, when each heartbeat answer came (for the longest silence on a live link).
+        self.heard_at: dict[str, list[float]] = {name: [] for name in self.names}
         self.status_log: list[dict[str, Any]] = []
         self.read_errors: dict[str, int] = dict.fromkeys(self.names, 0)
         self.errors: list[str] = []
@@ -200,7 +212,9 @@ class PartitionConsumer:
         return self.selector.current or self.names[0]
 
     def _heartbeats(self, name: str) -> None:
-        link = Link(self.proxies[name], self.stream)
+        # To the replica's heartbeat responder, through the replica's own proxy for it: cut
+        # with the data link (see ReplicaLink), answered whatever the host's Spark work does.
+        link = HeartbeatClient(self.heartbeat_proxies[name].port)
         try:
             while not self._stop.wait(self.interval / 10):
                 with self._lock:
@@ -208,13 +222,14 @@ class PartitionConsumer:
                 if not due:
                     continue
                 try:
-                    link.info(self.deadline)
-                except flight.FlightError:
+                    link.ping(self.deadline)
+                except OSError:
                     continue  # silence: the detector counts it
                 with self._lock:
                     if self.detector.failed(name):
                         self.back_at[name].append(time.time())
                     self.detector.heard(name)
+                    self.heard_at[name].append(time.time())
         finally:
             link.close()
 
@@ -315,6 +330,7 @@ def run(
     last = first + t.seconds - 1
     stage = Stage(t, Path(report_dir) / "nodes", "active_standby", backup=REPLICAS[1])
     proxies: dict[str, FaultProxy] = {}
+    heartbeat_proxies: dict[str, FaultProxy] = {}
     consumer: PartitionConsumer | None = None
     try:
         stage.wait()
@@ -329,19 +345,26 @@ def run(
             with ActionClient(info[name]["control"]) as control:
                 control.call("start", plan=plan, epoch=0, replay_from=first, timeout=120)
             proxies[name] = FaultProxy(_port(location))
+            # The heartbeat responder's port is a second port of the same link: both proxies
+            # are cut and healed together, as one cable would be.
+            heartbeat_proxies[name] = FaultProxy(port_of(info[name]["heartbeat"]))
         t0 = time.time() + t.warmup_s
         with ActionClient(info["A"]["control"]) as a:
             a.call("play", t0=t0, seconds=t.seconds)
-        consumer = PartitionConsumer(proxies, OUTPUT, first, t.heartbeat_ms / 1000, t.misses)
+        consumer = PartitionConsumer(
+            proxies, heartbeat_proxies, OUTPUT, first, t.heartbeat_ms / 1000, t.misses
+        )
         consumer.start()
         time.sleep(max(0.0, t0 + t.fail_at_s - time.time()))
         # A cut mid-stream: C has rows from B (on a loaded machine that may come later).
         wait_until(lambda: bool(consumer and consumer.delivered), 120, "C's first rows from B")
         delivered_before_cut = len(consumer.delivered)
-        proxies["B"].cut(cast(CutMode, t.cut_mode))  # validated by the timings
+        for link in (proxies["B"], heartbeat_proxies["B"]):
+            link.cut(cast(CutMode, t.cut_mode))  # validated by the timings
         failure_at = time.time()
         time.sleep(t.fail_for_s)
-        proxies["B"].heal()
+        for link in (proxies["B"], heartbeat_proxies["B"]):
+            link.heal()
         heal_at = time.time()
         wait_until(
             lambda: consumer.next > last - 1, t.settle_timeout_s, "C to pass the input's end"
@@ -394,6 +417,18 @@ def run(
             if e["status"] == PeerStatus.FAILED and (e["replica"] != "B" or e["at"] < failure_at)
         ]
         missing = set(reference) - set(output)
+
+        def longest_silence_ms(name: str) -> int | None:
+            """The longest time between two answers while the link was up: B outside the cut
+            (the heal's first answer excluded), R throughout."""
+            times = consumer.heard_at[name] if consumer else []
+            gaps = [
+                b - a
+                for a, b in itertools.pairwise(times)
+                if name != "B" or b < failure_at or a > heal_at
+            ]
+            return round(max(gaps) * 1000) if gaps else None
+
         report: dict[str, Any] = {
             "scenario": "partition",
             "engine": "spark",
@@ -413,6 +448,8 @@ def run(
             "rows_by_version": by_version,
             "rows_by_replica": by_replica,
             "false_suspicions": len(false_suspicions),
+            # What a false suspicion is measured against: interval x misses.
+            "longest_silence_on_live_link_ms": {n: longest_silence_ms(n) for n in REPLICAS},
             "difference": {"missing": len(missing), "extra": len(set(output) - set(reference))},
             "replica_status_log": [
                 {"replica": e["replica"], "status": e["status"], "at_ms": ms(e["at"])}
@@ -427,6 +464,9 @@ def run(
             "consumer_errors": consumer.errors,
             "replica_boundaries": {"B": b_boundary, "R": r_boundary},
             "proxy_stats": {name: asdict(proxy.stats) for name, proxy in proxies.items()},
+            "heartbeat_proxy_stats": {
+                name: asdict(proxy.stats) for name, proxy in heartbeat_proxies.items()
+            },
             "phases": stage.phases,
             "spark_timings": asdict(t),
             **latencies(consumer.first_seen, t0, epoch_s, failure_at),
@@ -447,6 +487,6 @@ def run(
     finally:
         if consumer is not None:
             consumer.stop()
-        for proxy in proxies.values():
+        for proxy in (*proxies.values(), *heartbeat_proxies.values()):
             proxy.close()
         stage.close()
