@@ -14,8 +14,9 @@ Per technique (``spark_host`` says what the primary does for each):
 1. A, B, B2 start in parallel; B2 runs the failure-free reference (its JVM warms up with it);
 2. B starts (and B2 for active standby); A publishes one bucket per second of wall time;
 3. at ``fail_at_s`` every process of B's session gets SIGKILL;
-4. the driver's ``FailureDetector`` pings B's control endpoint every heartbeat and declares it
-   failed after ``misses`` silent intervals;
+4. the driver's ``FailureDetector`` pings B's heartbeat responder (a process of B's that dies
+   with it, ``spark_jobs.ha.heartbeat``) every heartbeat and declares B failed after ``misses``
+   silent intervals;
 5. B2 takes over: ``relocate`` (``NoCheckpoint`` replaying A's log from B's state
    acknowledgement, or ``AlreadyShipped`` restoring B's last pushed checkpoint) or, active, the
    registry's prepare/commit; the registry (in-memory, served to B2 over Flight) moves the
@@ -45,6 +46,7 @@ from typing import Any
 import pyarrow as pa
 
 from app.availability.detector import FailureDetector
+from spark_jobs.ha.heartbeat import HeartbeatClient, port_of
 from spark_jobs.ha.spark_control import ActionClient, ActionServer, registry_handlers
 from spark_jobs.ha.spark_host import (
     BUCKET_S,
@@ -283,20 +285,24 @@ def _stale_write_refused(location: str, stream: str) -> bool:
     return False
 
 
-def _detect(control: str, t: SparkCrashTimings) -> float:
-    """Heartbeats to B until the detector declares it failed; returns that moment."""
+def _detect(heartbeat: str, t: SparkCrashTimings) -> float:
+    """Heartbeats to B's heartbeat responder until the detector declares B failed; returns that
+    moment. The responder dies with B (spark_jobs.ha.heartbeat), so its silence is B's death."""
     interval = t.heartbeat_ms / 1000
     detector = FailureDetector(time.monotonic, interval=interval, misses=t.misses)
     detector.heard("B")
-    with ActionClient(control) as client:
+    client = HeartbeatClient(port_of(heartbeat))
+    try:
         while not detector.failed("B"):
             if detector.should_ping("B"):
                 try:
-                    client.call("ping", timeout=interval)
+                    client.ping(interval)
                     detector.heard("B")
-                except Exception:
+                except OSError:
                     pass
             time.sleep(interval / 10)
+    finally:
+        client.close()
     return time.time()
 
 
@@ -473,7 +479,7 @@ def run_technique(
             killed = time.time()
             # Read after the kill: B's last batches up to its death count as before.
             frontier_at_kill = consumer.frontier
-            detected = _detect(info["B"]["control"], t)
+            detected = _detect(info["B"]["heartbeat"], t)
             replay_from = None
             if technique == "upstream_backup":
                 replay_from = int(a.call("info")["acks"][f"{FRAGMENT}.state"])
