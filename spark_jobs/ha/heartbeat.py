@@ -7,10 +7,11 @@ query's start, load average 11-12 on 2 cores; figures in the "Partition on Spark
 bench/ha/README.md). Every 100 ms the driver timed three heartbeats at once:
 - the ``info`` action of B's Flight server and the ``ping`` of B's control server (two gRPC
   servers, two thread pools) were slow together: max 302-318 ms, 10-29 answers of 252-272
-  over 100 ms (at load 2-6, measured after the first batches, none was: max 60 ms). Not a thread pool running out then (two pools, same tail), but what both share: the
-  Python handler needs B's GIL. A B thread that only sleeps 5 ms at a time woke up late by up to
-  295-381 ms, more than a thread of the idle driver (184-228 ms): the rest of the stall is the
-  GIL, held by the streaming query's py4j calls and the sink's Arrow conversions;
+  over 100 ms (at load 2-6, measured after the first batches, none was: max 60 ms). Not a
+  thread pool running out then (two pools, same tail), but what both share: the Python handler
+  needs B's GIL. A B thread that only sleeps 5 ms at a time woke up late by up to 295-381 ms,
+  more than a thread of the idle driver (184-228 ms): the rest of the stall is the GIL, held by
+  the streaming query's py4j calls and the sink's Arrow conversions;
 - the machine's CPU share is the other part: at load 11 even the idle driver's thread waited
   up to ~200 ms for a CPU, so a process of its own is not enough alone;
 - this responder, a process of its own at nice 0: max 238 ms (p99 144 ms); at nice -10: max
