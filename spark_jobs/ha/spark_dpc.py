@@ -2,6 +2,7 @@
 
 python -m spark_jobs.ha.spark_dpc [--failures 2,5] [--mode cut|withhold] [--cut refuse|drop]
     [--budget adaptive|fixed] [--redo yields|free] [--windows 2,10] [--rate 40]
+    [--strategies delay_each,delay_first]
     [--json FILE]
 
 Two producers publish one bucket of connection records per second as the wall clock passes its
