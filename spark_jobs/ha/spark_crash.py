@@ -423,6 +423,12 @@ def run_technique(
         source = info["A"]["location"]
         c = c_server.location
         b2 = ActionClient(info["B2"]["control"]) if "B2" in info else None
+        replica_plan = fragment_plan(
+            t, source, [c, "out@B2"], f"{FRAGMENT}@B2" if technique == "active_standby" else None
+        )
+        # The replica first: its acknowledgement name must be known to A before B's first ack.
+        if b2 is not None and technique == "active_standby":
+            b2.call("start", plan=replica_plan, epoch=0, replay_from=first)
         b.call(
             "start",
             plan=fragment_plan(t, source, [c, "out@B"], None),
@@ -432,11 +438,6 @@ def run_technique(
             backup=info["B2"]["location"] if technique == "passive_standby" else None,
             ship_every_s=t.checkpoint_every_s,
         )
-        replica_plan = fragment_plan(
-            t, source, [c, "out@B2"], f"{FRAGMENT}@B2" if technique == "active_standby" else None
-        )
-        if b2 is not None and technique == "active_standby":
-            b2.call("start", plan=replica_plan, epoch=0, replay_from=first)
         t0 = time.time() + t.warmup_s
         a.call("play", t0=t0, seconds=t.seconds)
         consumer = Consumer(c_server.log, "out@B")
