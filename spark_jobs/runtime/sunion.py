@@ -305,6 +305,16 @@ class SUnionReader(DataSourceStreamReader):
     def _info(self, i: dict[str, str]) -> dict[str, Any]:
         """The input's info, or the last one it gave while it is unreachable ("no news")."""
         key = self._key(i)
+        if self.delay_budget_ms is None:
+            # Without DPC nothing is released on a deadline, so "no news" buys nothing and
+            # costs correctness: Spark's processAllAvailable took a late answer on a busy
+            # machine for "no more data", and a stopped fragment missed its last rows (demo).
+            # The stable path waits for the producer, as it always did.
+            blocking = f"blocking:{i['location']}"
+            if blocking not in self._clients:
+                self._clients[blocking] = StreamClient(i["location"])
+            self._known[key] = self._clients[blocking].info(i["stream"])
+            return self._known[key]
         if self.reachable(i["location"]):
             try:
                 self._known[key] = self._client(i["location"]).info(i["stream"])
