@@ -13,6 +13,7 @@ import math
 import secrets
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -304,6 +305,7 @@ def _finish(
     mover: DemoMover,
 ) -> dict[str, Any]:
     outputs_match: dict[str, bool] = {}
+    output_differences: dict[str, dict[str, Any]] = {}
     reference_host = runtimes[next(iter(runtimes))]
     for name, spec in real.items():
         host = next(r for r in runtimes.values() if r.is_running(name))
@@ -312,6 +314,8 @@ def _finish(
         got = rows_of(runtimes[owners[name]].server, f"{name}.out")
         expected = reference_rows(spec, traffic, reference_host)
         outputs_match[name] = bool(expected) and got == expected
+        if not outputs_match[name]:
+            output_differences[name] = _difference(got, expected)
     ledgers = [admin._call("GET", f"/v1/contracts/{c['id']}/ledger") for c in admin.contracts()]
     balances: dict[str, float] = {}
     for ledger in ledgers:
@@ -351,12 +355,29 @@ def _finish(
             "moves_happened": bool(moves),
         },
         "outputs": outputs_match,
+        # What a failed output check saw, so a report says lost, duplicated or wrong rows.
+        "output_differences": output_differences,
     }
     write_report(options.report_dir, report)
     for check, passed in report["checks"].items():
         console.print(f"{'[green]pass[/]' if passed else '[red]FAIL[/]'} {check}")
     console.print(f"report: {options.report_dir / 'report.json'}")
     return report
+
+
+def _difference(
+    got: list[tuple[object, ...]], expected: list[tuple[object, ...]]
+) -> dict[str, Any]:
+    missing = Counter(expected) - Counter(got)
+    unexpected = Counter(got) - Counter(expected)
+    return {
+        "rows": len(got),
+        "expected_rows": len(expected),
+        "missing": sum(missing.values()),
+        "unexpected": sum(unexpected.values()),
+        "missing_examples": [list(map(str, row)) for row in sorted(missing)[:5]],
+        "unexpected_examples": [list(map(str, row)) for row in sorted(unexpected)[:5]],
+    }
 
 
 def _settled_at(series: list[tuple[float, bool]], doc: FederationDoc) -> float | None:

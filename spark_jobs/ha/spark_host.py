@@ -165,12 +165,8 @@ class SparkHost:
     ) -> None:
         spec = spec_of(plan)
         source = spec.inputs[0]
-        # The producer drops what every consumer it knows has acknowledged, and a consumer is
-        # known from its first ack. An active replica acknowledges under its own name; started
-        # second on a loaded machine (Spark took minutes to start there), it asked A for buckets
-        # the primary had already acknowledged and its query failed. Registering the name at the
-        # replay point first makes A keep them.
-        self._ack(source, spec.options.get("consumer", spec.name), replay_from)
+        # The query's own consumer name is held at the replay point by runtime.start (a producer
+        # trims below the consumers it knows); the extra names below are this host's own.
         if technique == "upstream_backup":
             # Registered before the first batch, so A keeps everything until the first ack.
             self._ack(source, f"{spec.name}.state", replay_from)

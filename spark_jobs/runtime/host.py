@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import shutil
 import tarfile
 import time
@@ -20,13 +21,20 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow.flight as flight
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
+from spark_jobs.runtime.listeners import ProgressListener
 from spark_jobs.runtime.soutput import SOutput
 from spark_jobs.runtime.sunion import SUnionDataSource
 from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient, StreamServer
+
+log = logging.getLogger(__name__)
+# Registering a consumer is one small call; a producer that does not answer within this is cut
+# off or gone, and the fragment starts without the hold rather than wait for TCP.
+HOLD_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -53,7 +61,7 @@ class FragmentSpec:
     options: dict[str, str] = field(default_factory=dict)
 
 
-class _BoundaryPublisher(StreamingQueryListener):
+class _BoundaryPublisher(ProgressListener):
     """Sends each fragment's output BOUNDARY after every micro-batch, so fragments can chain.
 
     Fragments report windows with ``stime`` = window end, and in append mode a window is emitted
@@ -69,15 +77,6 @@ class _BoundaryPublisher(StreamingQueryListener):
         # Sinks that may hold the boundary back (DPC: no BOUNDARY while output is tentative).
         self.sinks: dict[str, SOutput] = {}
         self.errors: list[str] = []
-
-    def onQueryStarted(self, event: Any) -> None:
-        return None
-
-    def onQueryIdle(self, event: Any) -> None:
-        return None
-
-    def onQueryTerminated(self, event: Any) -> None:
-        return None
 
     def onQueryProgress(self, event: Any) -> None:
         progress = event.progress
@@ -267,6 +266,7 @@ class FragmentRuntime:
         sink: SOutput | None,
     ) -> StreamingQuery:
         inputs = [{"location": i.location, "stream": i.stream} for i in spec.inputs]
+        self._hold_inputs(spec, replay_from)
         reader = (
             self.spark.readStream.format(SUnionDataSource.name())
             .schema(spec.input_schema)
@@ -301,6 +301,23 @@ class FragmentRuntime:
         if slot == spec.name:
             self._specs[spec.name] = spec
         return query
+
+    def _hold_inputs(self, spec: FragmentSpec, replay_from: int | None) -> None:
+        """Register the fragment as a consumer of each input before its query reads anything,
+        so no other consumer's acknowledgement trims what it is about to read (see
+        ``StreamClient.hold``). From a checkpoint the fragment's own earlier acks already stand
+        (hold never moves them back); a fresh start holds from its replay point or everything."""
+        consumer = spec.options.get("consumer", spec.name)
+        for ref in spec.inputs:
+            try:
+                with StreamClient(ref.location, timeout=HOLD_TIMEOUT_S) as client:
+                    client.hold(ref.stream, consumer, replay_from)
+            except (flight.FlightUnavailableError, flight.FlightTimedOutError) as error:
+                # A producer cut off now cannot be read either; the fragment registers with its
+                # first acknowledgement there. Starting matters more (DPC runs on cut inputs).
+                log.warning(
+                    "%s: could not hold %s at %s: %s", spec.name, ref.stream, ref.location, error
+                )
 
     def stop(self, fragment: str) -> None:
         running = self._running.pop(fragment, None)

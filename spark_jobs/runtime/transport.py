@@ -34,6 +34,8 @@ import pyarrow.flight as flight
 from spark_jobs.generators.connections import split_buckets
 
 CHUNK_BYTES = 1 << 20
+# A consumer position below every bucket: a consumer held there keeps the whole log.
+HOLD_ALL = -(2**62)
 
 
 class FencedError(RuntimeError):
@@ -145,6 +147,10 @@ class StreamLog:
             low = min(s.acks.values())
             for b in [b for b in s.buckets if b < low]:
                 del s.buckets[b]
+            if s.first is not None and s.first < low:
+                # "first" is where a new consumer starts (SUnion's initialOffset): never a
+                # bucket that is gone, or its first read would ask for dropped data.
+                s.first = low
 
     def advance(self, stream: str, boundary: int, epoch: int | None = None) -> None:
         """A BOUNDARY: no more rows below bucket ``boundary``; fenced like a write."""
@@ -283,6 +289,8 @@ class StreamServer(flight.FlightServerBase):
                 self.log.advance(body["stream"], int(body["boundary"]), body.get("epoch"))
             except FencedError as error:
                 raise flight.FlightUnauthorizedError(str(error)) from error
+        elif kind == "discard_checkpoint":
+            result = self.discard_checkpoint(body["fragment"], int(body["movement"]))
         elif kind in ("release", "reinstate", "retire"):
             result = self._host_action(kind, body)
         else:
@@ -310,6 +318,12 @@ class StreamServer(flight.FlightServerBase):
             raise flight.FlightServerError(f"{kind} {fragment}: {error}") from error
         return None
 
+    def discard_checkpoint(self, fragment: str, movement: int) -> bool:
+        """Drop a shipped checkpoint nobody will restore (a standby that moved away); False if
+        the inbox held none."""
+        with self._inbox_lock:
+            return self._inbox.pop((fragment, movement), None) is not None
+
     def take_checkpoint(self, fragment: str, movement: int) -> PackedCheckpoint:
         """The verified checkpoint shipped for this movement (removed from the inbox)."""
         with self._inbox_lock:
@@ -324,9 +338,18 @@ class StreamServer(flight.FlightServerBase):
 class StreamClient:
     """Client side of the protocol above; cheap to create, holds one gRPC channel."""
 
-    def __init__(self, location: str) -> None:
+    def __init__(
+        self,
+        location: str,
+        *,
+        timeout: float | None = None,
+        channel_options: list[tuple[str, Any]] | None = None,
+    ) -> None:
+        """``timeout``: a deadline in seconds on every call (None: wait as long as it takes).
+        Across a partition a call without one waits for TCP to give up."""
         self.location = location
-        self._client = flight.FlightClient(location)
+        self._client = flight.FlightClient(location, generic_options=channel_options)
+        self._options = flight.FlightCallOptions(timeout=timeout)
 
     def close(self) -> None:
         self._client.close()
@@ -338,7 +361,8 @@ class StreamClient:
         self.close()
 
     def _action(self, kind: str, **body: Any) -> Any:
-        results = list(self._client.do_action(flight.Action(kind, json.dumps(body).encode())))
+        action = flight.Action(kind, json.dumps(body).encode())
+        results = list(self._client.do_action(action, options=self._options))
         return json.loads(results[0].body.to_pybytes()) if results else None
 
     def declare(self, stream: str, bucket_seconds: float) -> None:
@@ -351,6 +375,16 @@ class StreamClient:
     def ack(self, stream: str, consumer: str, bucket: int) -> None:
         self._action("ack", stream=stream, consumer=consumer, bucket=bucket)
 
+    def hold(self, stream: str, consumer: str, from_bucket: int | None = None) -> None:
+        """Make the log keep what ``consumer`` will read: every bucket from ``from_bucket``
+        (None: everything it still holds) until the consumer's own acknowledgements say
+        otherwise. A log trims below the lowest acknowledgement of the consumers it knows, and
+        it knows a consumer from its first ack; a consumer that has not acknowledged yet must
+        hold first, or another consumer's ack drops buckets it has not read (seen in the demo:
+        one fragment's ack trimmed three buckets its sibling was about to read). Never moves a
+        known consumer's position back."""
+        self.ack(stream, consumer, HOLD_ALL if from_bucket is None else from_bucket)
+
     def fence(self, stream: str, epoch: int) -> None:
         self._action("fence", stream=stream, epoch=epoch)
 
@@ -362,7 +396,7 @@ class StreamClient:
 
     def read(self, stream: str, lo: int, hi: int) -> flight.FlightStreamReader:
         ticket = {"op": "read", "stream": stream, "lo": lo, "hi": hi}
-        return self._client.do_get(flight.Ticket(json.dumps(ticket).encode()))
+        return self._client.do_get(flight.Ticket(json.dumps(ticket).encode()), self._options)
 
     def read_table(self, stream: str, lo: int = -(2**62), hi: int = 2**62) -> pa.Table:
         return self.read(stream, lo, hi).read_all()
@@ -409,6 +443,11 @@ class StreamClient:
             writer.close()
         except flight.FlightError as error:
             raise TransferError(str(error)) from error
+
+    def discard_checkpoint(self, fragment: str, movement: int) -> bool:
+        """Ask the host to drop the checkpoint shipped to it under ``movement``; False if it
+        held none."""
+        return bool(self._action("discard_checkpoint", fragment=fragment, movement=movement))
 
     def release(self, fragment: str, movement: int) -> PackedCheckpoint:
         """Ask the host to stop ``fragment`` after its last commit; pull, verify its checkpoint."""
