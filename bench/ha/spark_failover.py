@@ -19,22 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from bench.ha.provenance import load_average, provenance, seconds
 from spark_jobs.ha.spark_crash import TECHNIQUES, SparkCrashTimings, run_technique
-
-
-def _commit() -> str:
-    result = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    )
-    return result.stdout.strip() or "unknown"
 
 
 def _recovery_row(result: dict[str, Any]) -> dict[str, Any]:
@@ -64,10 +55,6 @@ def _overhead_row(result: dict[str, Any], baseline: dict[str, Any]) -> dict[str,
     }
 
 
-def _s(ms: float | None) -> str:
-    return "-" if ms is None else f"{ms / 1000:.2f} s"
-
-
 def _tables(recovery: list[dict[str, Any]], overhead: list[dict[str, Any]]) -> str:
     lines = [
         "| technique | detection | take-over | recovery | baseline latency | max added latency "
@@ -81,9 +68,10 @@ def _tables(recovery: list[dict[str, Any]], overhead: list[dict[str, Any]]) -> s
             else "0"
         )
         lines.append(
-            f"| {row['technique'].replace('_', ' ')} | {_s(row['detection_ms'])} "
-            f"| {_s(row['take_over_ms'])} | {_s(row['recovery_ms'])} "
-            f"| {_s(row['baseline_latency_ms'])} | {_s(row['max_added_latency_ms'])} | {shipped} "
+            f"| {row['technique'].replace('_', ' ')} | {seconds(row['detection_ms'])} "
+            f"| {seconds(row['take_over_ms'])} | {seconds(row['recovery_ms'])} "
+            f"| {seconds(row['baseline_latency_ms'])} "
+            f"| {seconds(row['max_added_latency_ms'])} | {shipped} "
             f"| {'pass' if row['checks_passed'] else 'FAIL'} |"
         )
     lines += [
@@ -96,7 +84,7 @@ def _tables(recovery: list[dict[str, Any]], overhead: list[dict[str, Any]]) -> s
         lines.append(
             f"| {row['technique'].replace('_', ' ')} | {row['cpu_seconds_whole_run']:.2f} s "
             f"| {row['cpu_ratio_vs_no_ha']} | {row['cpu_seconds_to_fail_at']:.2f} s "
-            f"| {row['window_ratio_vs_no_ha']} | {_s(row['median_latency_ms'])} "
+            f"| {row['window_ratio_vs_no_ha']} | {seconds(row['median_latency_ms'])} "
             f"| {'pass' if row['checks_passed'] else 'FAIL'} |"
         )
     return "\n".join(lines)
@@ -109,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     timings = SparkCrashTimings.quick() if args.quick else SparkCrashTimings()
     began = time.time()
-    load_before = os.getloadavg()
+    load_before = load_average()
     steady: list[dict[str, Any]] = []
     crashed: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="spark-failover-") as tmp:
@@ -127,11 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     recovery = [_recovery_row(result) for result in crashed]
     overhead = [_overhead_row(result, steady[0]) for result in steady]
     summary = {
-        "command": "python -m bench.ha.spark_failover" + (" --quick" if args.quick else ""),
-        "commit": _commit(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
-        "load_average_before": [round(x, 2) for x in load_before],
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        **provenance(
+            "python -m bench.ha.spark_failover" + (" --quick" if args.quick else ""), load_before
+        ),
         "seconds": round(time.time() - began, 1),
         "timings": timings.__dict__,
         "recovery": recovery,

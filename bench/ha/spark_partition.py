@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import tempfile
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from bench.ha.spark_failover import _commit, _s
+from bench.ha.provenance import load_average, provenance, seconds
 from spark_jobs.ha.spark_partition import SparkPartitionTimings, run
 
 
@@ -59,12 +57,13 @@ def _table(rows: list[dict[str, Any]]) -> str:
         via = row["rows_by_replica"]
         silence = row["longest_silence_ms"]
         lines.append(
-            f"| {i} | {row['cut_mode']} | {_s(row['fail_for_ms'])} | {_s(row['detection_ms'])} "
+            f"| {i} | {row['cut_mode']} | {seconds(row['fail_for_ms'])} "
+            f"| {seconds(row['detection_ms'])} "
             f"| {row['switches']} | {row['false_suspicions']} "
             f"| {silence['B']} / {silence['R']} ms | {via['B']} / {via['R']} "
-            f"| {row['rows_after_heal']} | {_s(row['b_back_after_heal_ms'])} "
-            f"| {_s(row['baseline_latency_ms'])} "
-            f"| {_s(row['max_added_latency_ms'])} | {row['tentative_tuples']} "
+            f"| {row['rows_after_heal']} | {seconds(row['b_back_after_heal_ms'])} "
+            f"| {seconds(row['baseline_latency_ms'])} "
+            f"| {seconds(row['max_added_latency_ms'])} | {row['tentative_tuples']} "
             f"| {'pass' if row['checks_passed'] else 'FAIL'} |"
         )
     return "\n".join(lines)
@@ -80,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--runs must be at least 1, got {args.runs}")
     timings = replace(SparkPartitionTimings(), cut_mode=args.cut_mode)
     began = time.time()
-    load_before = os.getloadavg()
+    load_before = load_average()
     reports: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="spark-partition-") as tmp:
         for i in range(args.runs):
@@ -89,12 +88,10 @@ def main(argv: list[str] | None = None) -> int:
             reports.append(report)
     rows = [_row(report) for report in reports]
     summary = {
-        "command": f"python -m bench.ha.spark_partition --runs {args.runs} "
-        f"--cut-mode {args.cut_mode}",
-        "commit": _commit(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
-        "load_average_before": [round(x, 2) for x in load_before],
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        **provenance(
+            f"python -m bench.ha.spark_partition --runs {args.runs} --cut-mode {args.cut_mode}",
+            load_before,
+        ),
         "seconds": round(time.time() - began, 1),
         "timings": asdict(timings),
         "rows": rows,

@@ -3,7 +3,7 @@
 python -m spark_jobs.ha.spark_dpc [--failures 2,5] [--mode cut|withhold] [--cut refuse|drop]
     [--budget adaptive|fixed] [--redo yields|free] [--windows 2,10] [--rate 40]
     [--strategies delay_each,delay_first]
-    [--json FILE]
+    [--json FILE] [--progress-log FILE]
 
 Two producers publish one bucket of connection records per second as the wall clock passes its
 end (a live source). The failure lasts ``failure`` seconds from second ``fail_at``:
@@ -63,11 +63,33 @@ from spark_jobs.generators import ConnectionGenerator, RateSchedule
 from spark_jobs.ha.faultproxy import CutMode, FaultProxy
 from spark_jobs.runtime import FragmentRuntime, FragmentSpec, StreamClient, StreamRef, publish
 from spark_jobs.runtime.dpc import DPCFragment, DPCSettings
+from spark_jobs.runtime.listeners import ProgressListener
 from spark_jobs.runtime.transport import StreamServer
 
 BUCKET = 1.0
 WINDOW = 2
 RATE = 40
+
+
+class ProgressLog(ProgressListener):
+    """Each trigger's progress as one JSON line: where a slow bucket's time went (planning in
+    ``latestOffset``, the batch in ``addBatch``, the commit) is in ``durationMs``."""
+
+    def __init__(self, path: Path) -> None:
+        self._file = path.open("w")
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = event.progress
+        line = {
+            "at": time.time(),
+            "query": progress.name,
+            "batch": progress.batchId,
+            "rows": progress.numInputRows,
+            "duration_ms": dict(progress.durationMs),
+            "end_offset": progress.sources[0].endOffset if progress.sources else None,
+        }
+        self._file.write(json.dumps(line) + "\n")
+        self._file.flush()
 
 
 def sources(rate: int = RATE) -> tuple[ConnectionGenerator, ConnectionGenerator]:
@@ -407,6 +429,12 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(str(s) for s in DelayStrategy),
         help="delay strategies to run (delay_each, delay_first)",
     )
+    parser.add_argument(
+        "--progress-log",
+        type=Path,
+        default=None,
+        help="write every query's progress (phase durations per trigger) here as JSON lines",
+    )
     args = parser.parse_args(argv)
     failures = [int(f) for f in args.failures.split(",")]
     windows = [int(w) for w in args.windows.split(",")]
@@ -416,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     from spark_jobs.session import build_session
 
     spark = build_session(app_name="spark-dpc", master="local[2]", shuffle_partitions=2)
+    if args.progress_log is not None:
+        spark.streams.addListener(ProgressLog(args.progress_log))
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

@@ -43,7 +43,8 @@ Unreachable inputs (a cut link, a partition). DPC exists to keep producing when 
 gone, so the source must not fail the query when a producer cannot be reached:
 
 - The reader's Flight calls on the driver, and its reads of TENTATIVE ranges, have a deadline
-  (``call_timeout_ms``, default 1000; shorter fails healthy calls on a busy machine) and catch
+  (``call_timeout_ms``, default 1000; shorter fails healthy calls on a busy machine; the
+  per-trigger boundary query has its own, ``info_timeout_ms``, default 250) and catch
   exactly the transport failures (unavailable, timed out, cancelled); anything else (an unknown
   stream, acknowledged data asked for) still fails loudly. On ``latestOffset`` an unreachable
   input counts as "no new boundary": its last known one is kept, so the DPC rules release
@@ -119,24 +120,11 @@ _CHANNEL_OPTIONS = [
 
 
 class TimedClient(StreamClient):
-    """A StreamClient whose calls have a deadline, so an unreachable input costs a bounded wait
-    (a partition is silence: without a deadline the call would wait for TCP to give up)."""
+    """A StreamClient with a deadline on every call and a short reconnect backoff, so an
+    unreachable input costs a bounded wait and a healed one is seen at once."""
 
     def __init__(self, location: str, timeout_s: float) -> None:
-        self.location = location
-        self._client = flight.FlightClient(location, generic_options=_CHANNEL_OPTIONS)
-        self._options = flight.FlightCallOptions(timeout=timeout_s)
-
-    def _action(self, kind: str, **body: Any) -> Any:
-        action = flight.Action(kind, json.dumps(body).encode())
-        results = list(self._client.do_action(action, options=self._options))
-        return json.loads(results[0].body.to_pybytes()) if results else None
-
-    def read(self, stream: str, lo: int, hi: int) -> flight.FlightStreamReader:
-        ticket = flight.Ticket(
-            json.dumps({"op": "read", "stream": stream, "lo": lo, "hi": hi}).encode()
-        )
-        return self._client.do_get(ticket, options=self._options)
+        super().__init__(location, timeout=timeout_s, channel_options=_CHANNEL_OPTIONS)
 
 
 class Spool:
@@ -234,11 +222,8 @@ class SUnionReader(DataSourceStreamReader):
         self.budget_file = options.get("budget_file")
         self.pause_file = options.get("pause_file")
         self.hold_healed = options.get("hold_healed", "true") == "true"
-        self.call_timeout_s = int(options.get("call_timeout_ms", "1000")) / 1000
-        if self.call_timeout_s <= 0:
-            raise ValueError(
-                f"SUnion: call_timeout_ms must be positive, got {options['call_timeout_ms']!r}"
-            )
+        self.call_timeout_s = self._positive_ms(options, "call_timeout_ms", 1000) / 1000
+        self.info_timeout_s = self._positive_ms(options, "info_timeout_ms", 250) / 1000
         spool_dir = options.get("spool_dir")
         self.spool = Spool(spool_dir) if spool_dir else None
         # Per input (location/stream): the last info it answered (kept while it is unreachable)
@@ -251,6 +236,17 @@ class SUnionReader(DataSourceStreamReader):
         # waiting for the deadline on every trigger would add it to every tentative release.
         self._suspects: dict[str, threading.Thread] = {}
         self._stopped = False
+
+    @staticmethod
+    def _positive_ms(options: dict[str, str], name: str, default: int) -> int:
+        raw = options.get(name, str(default))
+        try:
+            value = int(raw)
+        except ValueError:
+            value = 0
+        if value <= 0:
+            raise ValueError(f"SUnion: {name} must be a positive number of ms, got {raw!r}")
+        return value
 
     def __getstate__(self) -> dict[str, Any]:
         # gRPC channels and threads cannot be pickled; executors open their own in read().
@@ -316,9 +312,18 @@ class SUnionReader(DataSourceStreamReader):
             self._known[key] = self._clients[blocking].info(i["stream"])
             return self._known[key]
         if self.reachable(i["location"]):
+            # The one call every trigger makes on the planning path, a few bytes each way: its
+            # own short deadline, because the first trigger after a silent cut waits for it in
+            # full (1 s with call_timeout_ms, measured as latestOffset in Spark's progress) and
+            # that wait adds to the bucket's latency against X. A healthy answer that misses it
+            # costs one trigger of "no news" while the probe clears the suspicion.
+            planning = f"info:{i['location']}"
+            if planning not in self._clients:
+                self._clients[planning] = TimedClient(i["location"], self.info_timeout_s)
             try:
-                self._known[key] = self._client(i["location"]).info(i["stream"])
+                self._known[key] = self._clients[planning].info(i["stream"])
             except UNREACHABLE:
+                self._clients.pop(planning).close()
                 self._drop(i["location"], i["stream"])
         return self._known.get(key, {"boundary": None, "first": None})
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from spark_jobs.fragments import CONNECTION_SCHEMA
 from spark_jobs.generators import split_buckets
 from spark_jobs.runtime.sunion import SUnionReader
@@ -64,3 +66,13 @@ def test_batch_size_cap_and_acknowledgement_trims_the_producer_log(servers):
         r.stop()
         left.close()
         right.close()
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("call_timeout_ms", "0"), ("info_timeout_ms", "-5"), ("info_timeout_ms", "soon")],
+)
+def test_a_deadline_that_is_not_a_positive_number_of_ms_is_refused(servers, option, value):
+    refused = f"{option} must be a positive number of ms, got '{value}'"
+    with pytest.raises(ValueError, match=refused):
+        reader(servers, **{option: value})
