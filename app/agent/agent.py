@@ -33,6 +33,13 @@ class Mover(Protocol):
         """Bring ``task`` over from ``source`` and commit the movement as its new host."""
         ...
 
+    def receive_replica(
+        self, task: str, source: str, target: str, movement_id: int, epoch: int
+    ) -> None:
+        """Take over the replica of ``task`` that ``source`` hosts (its standby, where one runs)
+        and commit the replica's movement; abort it if the standby cannot follow."""
+        ...
+
 
 @dataclass(frozen=True)
 class MoveEvent:
@@ -274,12 +281,10 @@ class Agent:
         for movement_id in accepted["movement_ids"]:
             m = movements[movement_id]
             try:
-                if m.get("replica"):
-                    # The registry records where the replica runs; starting the standby on
-                    # this participant is the availability runtime's business.
-                    self.client.commit(movement_id, m["epoch"])
-                else:
-                    self.mover.receive(m["task"], m["from"], self.name, movement_id, m["epoch"])
+                # A replica moves through the mover like a primary: the standby must be in
+                # place here before the registry names this participant its host.
+                receive = self.mover.receive_replica if m.get("replica") else self.mover.receive
+                receive(m["task"], m["from"], self.name, movement_id, m["epoch"])
             except Exception as exc:  # the move is aborted by the mover; keep the agent alive
                 log.warning("move of %s to %s failed: %s", m["task"], self.name, exc)
                 self.state.errors.append(f"move {m['task']}: {exc}")

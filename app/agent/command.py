@@ -40,6 +40,12 @@ class RegistryOnlyMover:
     def receive(self, task: str, source: str, target: str, movement_id: int, epoch: int) -> None:
         self._client.commit(movement_id, epoch)
 
+    def receive_replica(
+        self, task: str, source: str, target: str, movement_id: int, epoch: int
+    ) -> None:
+        # No standby runs in this mode: the registry's record of the replica is all that moves.
+        self._client.commit(movement_id, epoch)
+
 
 def agent(
     participant: str = typer.Option(..., "--participant", help="The participant this agent runs."),
