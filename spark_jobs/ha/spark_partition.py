@@ -38,7 +38,6 @@ equal to the reference, and B's own log equal to R's (B kept working: a partitio
 from __future__ import annotations
 
 import itertools
-import json
 import threading
 import time
 from dataclasses import asdict, dataclass, replace
@@ -125,26 +124,18 @@ def _port(location: str) -> int:
 
 
 class Link:
-    """C's end of its link to one replica: a Flight client of the replica's proxy."""
+    """C's end of its link to one replica, through the replica's proxy; every call has a
+    deadline, because across a dropped link one without would wait for the heal."""
 
-    def __init__(self, proxy: FaultProxy, stream: str) -> None:
+    def __init__(self, proxy: FaultProxy, stream: str, timeout: float) -> None:
         self.stream = stream
-        self._client = flight.FlightClient(proxy.location)
+        self._client = StreamClient(proxy.location, timeout=timeout)
 
-    def info(self, timeout: float) -> dict[str, Any]:
-        action = flight.Action("info", json.dumps({"stream": self.stream}).encode())
-        options = flight.FlightCallOptions(timeout=timeout)
-        results = list(self._client.do_action(action, options))
-        answer: dict[str, Any] = json.loads(results[0].body.to_pybytes())
-        return answer
+    def info(self) -> dict[str, Any]:
+        return self._client.info(self.stream)
 
-    def read(self, lo: int, hi: int, timeout: float) -> list[Row]:
-        # The ticket of StreamServer's read (see StreamClient.read), with a deadline: across a
-        # dropped link a read without one would wait for the heal.
-        ticket = {"op": "read", "stream": self.stream, "lo": lo, "hi": hi}
-        options = flight.FlightCallOptions(timeout=timeout)
-        table = self._client.do_get(flight.Ticket(json.dumps(ticket).encode()), options).read_all()
-        return output_rows(table)
+    def read(self, lo: int, hi: int) -> list[Row]:
+        return output_rows(self._client.read(self.stream, lo, hi).read_all())
 
     def close(self) -> None:
         self._client.close()
@@ -234,7 +225,9 @@ class PartitionConsumer:
             link.close()
 
     def _read_loop(self) -> None:
-        links = {name: Link(proxy, self.stream) for name, proxy in self.proxies.items()}
+        links = {
+            name: Link(proxy, self.stream, self.deadline) for name, proxy in self.proxies.items()
+        }
         try:
             while not self._stop.wait(0.05):
                 try:
@@ -282,10 +275,10 @@ class PartitionConsumer:
             )
 
     def _pull(self, link: Link) -> None:
-        boundary = link.info(self.deadline)["boundary"]
+        boundary = link.info()["boundary"]
         if boundary is None or boundary <= self.next:
             return
-        rows = link.read(self.next, boundary, self.deadline)
+        rows = link.read(self.next, boundary)
         now = time.time()
         for row in rows:
             key = (row[0], row[2])

@@ -4,7 +4,6 @@ contract allows replica hosting, and the owner never offers its primary to the r
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -13,6 +12,7 @@ from app.agent.bpm_decisions import BpmDecisions
 from app.agent.client import FedloadClient
 from app.agent.command import RegistryLoads, RegistryOnlyMover
 from app.settings import Settings
+from tests.support.federation import register_participants, sign_contract
 from tests.support.live_server import serve
 
 ADMIN = "replica-agents-admin-key"
@@ -25,18 +25,9 @@ ONLINE = {name: "online" for name in CAPACITY}
 @pytest.fixture
 def clients(db_url: str) -> Iterator[dict[str, FedloadClient]]:
     with serve(Settings(database_url=db_url, admin_key=ADMIN, environment="test")) as url:
-        admin = FedloadClient(url, ADMIN)
-        out = {"admin": admin}
-        for name, capacity in CAPACITY.items():
-            body = {"name": name, "capacity": capacity}
-            out[name] = FedloadClient(
-                url, admin._call("POST", "/v1/participants", json=body)["api_key"]
-            )
+        out = register_participants(url, ADMIN, CAPACITY)
         for a, b, low, hosting in CONTRACTS:
-            terms: dict[str, Any] = {"partner": b, "price_min": low, "price_max": low + 0.02}
-            terms["availability"] = {"replica_hosting": hosting}
-            made = out[a]._call("POST", "/v1/contracts", json=terms)
-            out[b]._call("POST", f"/v1/contracts/{made['id']}/accept", json={"version": 1})
+            sign_contract(out, a, b, low, hosting=hosting)
         out["A"]._call("POST", "/v1/tasks", json={"name": "q", "load": 30})
         out["A"]._call("POST", "/v1/tasks/q/replicas", json={"k": 1})
         yield out

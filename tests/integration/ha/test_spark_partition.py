@@ -51,7 +51,11 @@ def test_partition_on_spark_switches_to_the_replica_and_stays(tmp_path) -> None:
     report = run(tmp_path, timings)
 
     failed = [name for name, passed in report["checks"].items() if not passed]
-    assert not failed, f"{failed}; {report['difference']}; {report['switches']}"
+    seen = {
+        k: report[k]
+        for k in ("failure_at_ms", "heal_at_ms", "rows_after_heal", "b_heard_again_after_heal_ms")
+    }
+    assert not failed, f"{failed}; {report['difference']}; {report['switches']}; {seen}"
     assert report["scenario"] == "partition" and report["engine"] == "spark"
     # One switch, B -> R, after the cut and before the heal, into stream version 1.
     [switch] = report["switches"]

@@ -71,6 +71,26 @@ def ports_fragment(
 GENERATOR = ConnectionGenerator(seed=11, schedule=RateSchedule.constant(40), scan_rate=4)
 
 
+def run_reference(
+    make_runtime: Callable[..., FragmentRuntime],
+    servers: dict[str, StreamServer],
+    fill: Callable[[StreamClient], None],
+) -> list[tuple]:
+    """The ports fragment alone, no moves, over "conns-ref" as ``fill`` publishes it: what a
+    moved or failed-over run must equal."""
+    declare(servers["source"], "conns-ref").close()
+    declare(servers["home"], "out-ref").close()
+    with declare(servers["source"]) as source:
+        fill(source)
+    spec = ports_fragment("ref", servers["source"], "conns-ref", servers["home"], "out-ref")
+    host = make_runtime("R")
+    host.start(spec, epoch=0).processAllAvailable()
+    host.stop("ref")
+    out = rows(servers["home"].log.table("out-ref"))
+    assert out, "the reference must emit windows, or the comparisons prove nothing"
+    return out
+
+
 def rows(table) -> list[tuple]:
     """A log's rows as sorted tuples: equal lists mean nothing lost and nothing duplicated."""
     return sorted(tuple(r.values()) for r in table.to_pylist())

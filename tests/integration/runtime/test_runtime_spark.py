@@ -23,7 +23,14 @@ from spark_jobs.runtime import (
     publish,
     relocate,
 )
-from tests.integration.runtime.conftest import BUCKET, GENERATOR, declare, ports_fragment, rows
+from tests.integration.runtime.conftest import (
+    BUCKET,
+    GENERATOR,
+    declare,
+    ports_fragment,
+    rows,
+    run_reference,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -31,17 +38,11 @@ SECONDS = 14
 
 
 def reference(make_runtime, servers) -> list[tuple]:
-    declare(servers["source"], "conns-ref").close()
-    declare(servers["home"], "out-ref").close()
-    with declare(servers["source"]) as source:
-        publish(source, "conns-ref", GENERATOR.seconds(0, SECONDS), BUCKET)
-    spec = ports_fragment("ref", servers["source"], "conns-ref", servers["home"], "out-ref")
-    host = make_runtime("R")
-    host.start(spec, epoch=0).processAllAvailable()
-    host.stop("ref")
-    out = rows(servers["home"].log.table("out-ref"))
-    assert out, "the reference must emit windows, or the comparisons prove nothing"
-    return out
+    return run_reference(
+        make_runtime,
+        servers,
+        lambda source: publish(source, "conns-ref", GENERATOR.seconds(0, SECONDS), BUCKET),
+    )
 
 
 def test_sunion_query_sees_only_buckets_every_input_closed(spark, servers, make_runtime):
