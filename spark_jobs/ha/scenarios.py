@@ -263,8 +263,9 @@ def run_partition(t: Timings, workdir: Path) -> dict[str, Any]:
         bc.cut(t.cut_mode)  # type: ignore[arg-type]
         failure_at = cluster.now_ms()
         cluster.sleep_until(t.fail_at_ms + t.fail_for_ms)
-        bc.heal()
+        # Before the heal: traffic may flow from the moment heal() begins (see spark_partition).
         heal_at = cluster.now_ms()
+        bc.heal()
         _wait_until_settled(cluster, ["C"], t)
         status = cluster.status("C", full=True)
         messages = cluster.output("C")
@@ -354,9 +355,9 @@ def run_tentative(
             cluster.sleep_until(min(t.fail_at_ms + budget + 700, t.fail_at_ms + t.fail_for_ms))
             seen_during_failure = during_failure()
         cluster.sleep_until(t.fail_at_ms + t.fail_for_ms)
+        heal_at = cluster.now_ms()
         to_c.heal()
         to_c2.heal()
-        heal_at = cluster.now_ms()
         _wait_until_settled(cluster, ["C", "C2"], t, slack_s=30)
         status = cluster.status("C", full=True)
         status2 = cluster.status("C2")

@@ -208,8 +208,9 @@ def _cut_and_heal(
     times["failure_at"] = time.time()
     if stop.wait(max(0.0, heal_at - time.time())):
         return
-    proxy.heal()
+    # Before the heal: traffic may flow from the moment heal() begins (see spark_partition).
     times["heal_at"] = time.time()
+    proxy.heal()
 
 
 def run(

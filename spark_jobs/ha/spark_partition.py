@@ -40,6 +40,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, cast
@@ -174,6 +175,9 @@ class PartitionConsumer:
         self.back_at: dict[str, list[float]] = {name: [] for name in self.names}
         # Per replica, when each heartbeat answer came (for the longest silence on a live link).
         self.heard_at: dict[str, list[float]] = {name: [] for name in self.names}
+        # Per replica, each unanswered heartbeat: when, and how it failed (what a replica that
+        # is not heard again after a heal was doing: refused, reset or silent).
+        self.ping_failures: dict[str, list[tuple[float, str]]] = {n: [] for n in self.names}
         self.status_log: list[dict[str, Any]] = []
         self.read_errors: dict[str, int] = dict.fromkeys(self.names, 0)
         self.errors: list[str] = []
@@ -214,8 +218,10 @@ class PartitionConsumer:
                     continue
                 try:
                     link.ping(self.deadline)
-                except OSError:
-                    continue  # silence: the detector counts it
+                except OSError as error:
+                    # Silence: the detector counts it.
+                    self.ping_failures[name].append((time.time(), type(error).__name__))
+                    continue
                 with self._lock:
                     if self.detector.failed(name):
                         self.back_at[name].append(time.time())
@@ -300,6 +306,17 @@ def _log_rows(location: str) -> tuple[list[Row], int | None]:
         return output_rows(client.read_table(OUTPUT)), client.info(OUTPUT)["boundary"]
 
 
+def _direct_ping(location: str) -> str:
+    """One heartbeat straight to a responder: its lease age, or how it failed."""
+    client = HeartbeatClient(port_of(location))
+    try:
+        return f"answered, lease age {client.ping(1.0)} ms"
+    except OSError as error:
+        return f"{type(error).__name__}: {error}"
+    finally:
+        client.close()
+
+
 def _soon(done: Any, timeout: float) -> bool:
     """Wait for ``done``; False after ``timeout`` (the checks then say what did not happen)."""
     try:
@@ -356,9 +373,13 @@ def run(
             link.cut(cast(CutMode, t.cut_mode))  # validated by the timings
         failure_at = time.time()
         time.sleep(t.fail_for_s)
+        # The heal's time is when traffic may flow again, taken before it: heal() connects the
+        # connections it held one by one, and an answer through the first can come back before
+        # the last is connected (taken after, B's first answer fell before "the heal" once and
+        # "B heard again after the heal" failed although B answered at once).
+        heal_at = time.time()
         for link in (proxies["B"], heartbeat_proxies["B"]):
             link.heal()
-        heal_at = time.time()
         wait_until(
             lambda: consumer.next > last - 1, t.settle_timeout_s, "C to pass the input's end"
         )
@@ -367,6 +388,9 @@ def run(
         # B kept processing through the partition: its own log reaches the end too.
         _soon(lambda: (_log_rows(info["B"]["location"])[1] or 0) > last - 1, 60)
         consumer.stop()
+        # B's responder asked directly, past the proxy: tells a silent responder from a link
+        # that did not come back.
+        b_direct = _direct_ping(info["B"]["heartbeat"])
         b_rows, b_boundary = _log_rows(info["B"]["location"])
         r_rows, r_boundary = _log_rows(info["R"]["location"])
         output = consumer.output()
@@ -453,6 +477,10 @@ def run(
             "b_heard_again_after_heal_ms": next(
                 (ms(at) - ms(heal_at) for at in consumer.back_at["B"] if at > heal_at), None
             ),
+            "b_heartbeat_failures_after_heal": dict(
+                Counter(kind for at, kind in consumer.ping_failures["B"] if at > heal_at)
+            ),
+            "b_direct_heartbeat": b_direct,
             "read_errors": consumer.read_errors,
             "consumer_errors": consumer.errors,
             "replica_boundaries": {"B": b_boundary, "R": r_boundary},

@@ -53,7 +53,15 @@ def test_partition_on_spark_switches_to_the_replica_and_stays(tmp_path) -> None:
     failed = [name for name, passed in report["checks"].items() if not passed]
     seen = {
         k: report[k]
-        for k in ("failure_at_ms", "heal_at_ms", "rows_after_heal", "b_heard_again_after_heal_ms")
+        for k in (
+            "failure_at_ms",
+            "heal_at_ms",
+            "rows_after_heal",
+            "b_heard_again_after_heal_ms",
+            "b_heartbeat_failures_after_heal",
+            "b_direct_heartbeat",
+            "heartbeat_proxy_stats",
+        )
     }
     assert not failed, f"{failed}; {report['difference']}; {report['switches']}; {seen}"
     assert report["scenario"] == "partition" and report["engine"] == "spark"
