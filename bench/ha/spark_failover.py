@@ -38,6 +38,9 @@ def _recovery_row(result: dict[str, Any]) -> dict[str, Any]:
         "max_added_latency_ms": result.get("max_added_latency_ms"),
         "checkpoint_bytes": result.get("checkpoint_bytes", 0),
         "checkpoints_shipped": result.get("checkpoints_shipped", 0),
+        "delta_shipments": result.get("delta_shipments", 0),
+        "shipped_bytes": result.get("shipped_bytes", 0),
+        "whole_pack_bytes": result.get("whole_pack_bytes", 0),
         "checks_passed": all(result["checks"].values()),
     }
 
@@ -58,20 +61,23 @@ def _overhead_row(result: dict[str, Any], baseline: dict[str, Any]) -> dict[str,
 def _tables(recovery: list[dict[str, Any]], overhead: list[dict[str, Any]]) -> str:
     lines = [
         "| technique | detection | take-over | recovery | baseline latency | max added latency "
-        "| checkpoint bytes shipped | checks |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| checkpoint (last) | shipped: sent / whole packs (deltas) | checks |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in recovery:
-        shipped = (
-            f"{row['checkpoint_bytes']:,} (last of {row['checkpoints_shipped']})"
-            if row["checkpoints_shipped"]
-            else "0"
-        )
+        checkpoint, shipped = "0", "0"
+        if row["checkpoints_shipped"]:
+            checkpoint = f"{row['checkpoint_bytes']:,}"
+            ratio = row["shipped_bytes"] / max(1, row["whole_pack_bytes"])
+            shipped = (
+                f"{row['shipped_bytes']:,} / {row['whole_pack_bytes']:,} = {ratio:.2f} "
+                f"({row['delta_shipments']} of {row['checkpoints_shipped']})"
+            )
         lines.append(
             f"| {row['technique'].replace('_', ' ')} | {seconds(row['detection_ms'])} "
             f"| {seconds(row['take_over_ms'])} | {seconds(row['recovery_ms'])} "
             f"| {seconds(row['baseline_latency_ms'])} "
-            f"| {seconds(row['max_added_latency_ms'])} | {shipped} "
+            f"| {seconds(row['max_added_latency_ms'])} | {checkpoint} | {shipped} "
             f"| {'pass' if row['checks_passed'] else 'FAIL'} |"
         )
     lines += [

@@ -523,7 +523,14 @@ def run_technique(
                     "replay_from_bucket": None if replay_from is None else replay_from - first,
                     "movement": take,
                     "checkpoints_shipped": len(shipments),
-                    "checkpoint_bytes": shipments[-1]["bytes"] if shipments else 0,
+                    # The whole checkpoint and the last shipment's size (a delta after the first).
+                    "checkpoint_bytes": shipments[-1]["full_bytes"] if shipments else 0,
+                    "last_shipment_bytes": shipments[-1]["bytes"] if shipments else 0,
+                    "delta_shipments": sum(1 for s in shipments if s["delta"]),
+                    # Sent in all, against whole packs every period (what shipping cost before
+                    # deltas): the same run's baseline.
+                    "shipped_bytes": sum(s["bytes"] for s in shipments),
+                    "whole_pack_bytes": sum(s["full_bytes"] for s in shipments),
                     "checkpoint_ship_s": shipments[-1]["ship_s"] if shipments else None,
                     "b_errors": b_status["errors"],
                 }

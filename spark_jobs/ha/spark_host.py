@@ -43,14 +43,14 @@ import pyarrow as pa
 from spark_jobs.generators import ConnectionGenerator, RateSchedule
 from spark_jobs.ha.heartbeat import Responder
 from spark_jobs.ha.spark_control import ActionServer, Handler, RemoteCoordinator, spec_of
-from spark_jobs.runtime.host import FragmentRuntime, StreamRef, pack_directory
+from spark_jobs.runtime.host import FragmentRuntime, StreamRef
 from spark_jobs.runtime.movement import AlreadyShipped, NoCheckpoint, relocate
+from spark_jobs.runtime.shipping import DeltaShipper
+from spark_jobs.runtime.standby import STANDBY_SHIPMENT, committed_offset, snapshot_running
 from spark_jobs.runtime.transport import StreamClient, StreamServer, publish
 
 BUCKET_S = 1.0
 INPUT_STREAM = "conns"
-# Inbox key of checkpoints pushed ahead of any movement: the newest push replaces the older.
-STANDBY_SHIPMENT = 0
 
 
 def generator(seed: int, rate: float) -> ConnectionGenerator:
@@ -123,6 +123,7 @@ class SparkHost:
         self.stopped = threading.Event()
         self.errors: list[str] = []
         self.shipments: list[dict[str, Any]] = []
+        self._shippers: dict[str, DeltaShipper] = {}
         self._references = 0
         self._stalls: list[tuple[float, float]] = []
 
@@ -211,38 +212,27 @@ class SparkHost:
             self._ack(source, f"{fragment}.state", int(open_from // BUCKET_S))
 
     def _ship(self, fragment: str, source: StreamRef, backup: str) -> None:
-        query = self.runtime.query(fragment)
-        before = query.lastProgress
-        if before is None:
+        # Read live (see checkpoint_tree.read_tree), after a short wait for a quiet moment; the
+        # offset acknowledged is the one the shipped copy itself resumes from.
+        if not self.runtime.checkpoint_dir(fragment).exists():
+            return
+        snapshot = snapshot_running(self.runtime, fragment)
+        position = committed_offset(snapshot.tree)
+        if position is None:
             return  # no batch committed yet: nothing to ship
-        # Between micro-batches is the quiet moment, but on a busy machine batches run back to
-        # back, so pack anyway after a short wait. A live pack is consistent: Spark writes
-        # every checkpoint file by atomic rename, and tarfile lists directories sorted, so
-        # commits/ is read before state/: each committed batch in the pack has its state files,
-        # and offsets logged without a commit are simply re-run by the backup. The offset of
-        # ``before`` (committed before packing began) is at or below where the backup resumes.
-        deadline = time.monotonic() + 0.5
-        while query.status["isTriggerActive"] and time.monotonic() < deadline:
-            time.sleep(0.05)
-        directory = self.runtime.checkpoint_dir(fragment)
-        for attempt in range(3):
-            try:
-                packed = pack_directory(directory)
-                break
-            except OSError:  # a file removed by the state store's maintenance meanwhile
-                if attempt == 2:
-                    raise
-        offset = json.loads(before["sources"][0]["endOffset"])["bucket"]
+        batch, offset = position
+        shipper = self._shippers.setdefault(fragment, DeltaShipper(fragment, STANDBY_SHIPMENT))
         began = time.time()
-        with StreamClient(backup) as client:
-            client.ship_checkpoint(fragment, STANDBY_SHIPMENT, packed)
-        self._ack(source, f"{fragment}.standby", int(offset))
+        sent = shipper.ship(backup, snapshot)
+        self._ack(source, f"{fragment}.standby", offset)
         self.shipments.append(
             {
                 "at": began,
-                "bytes": len(packed.data),
-                "batch": int(before["batchId"]),
-                "offset": int(offset),
+                "bytes": sent.bytes,
+                "full_bytes": sent.full_bytes,
+                "delta": sent.delta,
+                "batch": batch,
+                "offset": offset,
                 "ship_s": round(time.time() - began, 4),
             }
         )

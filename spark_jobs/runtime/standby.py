@@ -1,9 +1,10 @@
 """Passive standby in the one-process runtime: the primary's checkpoint kept at its replica's host.
 
-A ``StandbyKeeper`` runs beside the primary. Every ``every_s`` seconds it packs the primary's
+A ``StandbyKeeper`` runs beside the primary. Every ``every_s`` seconds it reads the primary's
 checkpoint while the query runs and pushes it to the Flight inbox of the participant hosting the
-fragment's replica, under ``STANDBY_SHIPMENT`` (the newest push replaces the older one). It also
-acknowledges the fragment's inputs as ``<fragment>.standby`` at the packed checkpoint's offset, so
+fragment's replica, under ``STANDBY_SHIPMENT``: the whole checkpoint the first time, then what
+changed since (``shipping.DeltaShipper``). It also acknowledges the fragment's inputs as
+``<fragment>.standby`` at the shipped checkpoint's offset, so
 the producers keep what a failover from that checkpoint replays. Failover is then the ordinary
 movement path: ``relocate(fragment, AlreadyShipped(primary, STANDBY_SHIPMENT), replica_host)``.
 
@@ -19,25 +20,25 @@ replica of record, and periodic shipping keeps going there). Between 2 and 3 the
 copy nobody fails over to; an abort drops it.
 
 Every call to a replica host goes over Flight (ship, and ``discard_checkpoint`` to drop a copy),
-so the hosts may be other processes; the primary's checkpoint is packed from its local directory,
+so the hosts may be other processes; the primary's checkpoint is read from its local directory,
 so the keeper runs beside the primary.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import logging
-import tarfile
 import threading
 import time
 from dataclasses import dataclass
 
+from spark_jobs.runtime.checkpoint_tree import Tree
 from spark_jobs.runtime.coordinator import MovementCoordinator
-from spark_jobs.runtime.host import FragmentRuntime, FragmentSpec, pack_directory
+from spark_jobs.runtime.host import FragmentRuntime, FragmentSpec
 from spark_jobs.runtime.movement import MoveAborted, MoveInDoubt
+from spark_jobs.runtime.shipping import DeltaShipper, Snapshot
 from spark_jobs.runtime.sunion import UNREACHABLE
-from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient, TransferError
+from spark_jobs.runtime.transport import StreamClient, TransferError
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +56,15 @@ class Shipment:
 
     host: str
     at: float
+    # What crossed the link (a delta after the first shipment), and the whole pack's size.
     bytes: int
     sha256: str
     # The last micro-batch committed in the pack and the bucket its next batch reads from (the
     # standby replays from there); None when the pack holds no committed batch.
     batch: int | None
     offset: int | None
+    full_bytes: int
+    delta: bool
 
 
 @dataclass(frozen=True)
@@ -70,57 +74,43 @@ class StandbyMove:
     shipment: Shipment
 
 
-def committed_offset(packed: PackedCheckpoint) -> tuple[int, int] | None:
-    """(last committed batch, bucket after it) of a packed checkpoint, read from the pack itself.
+def committed_offset(tree: Tree) -> tuple[int, int] | None:
+    """(last committed batch, bucket after it) of a checkpoint, read from the checkpoint itself.
 
-    Read from the pack rather than from the query's progress so that the acknowledgement names
-    exactly what the shipped copy resumes from, not what the query had done when someone looked.
+    Read from the shipped tree rather than from the query's progress so that the acknowledgement
+    names exactly what the shipped copy resumes from, not what the query had done when someone
+    looked.
     """
-    with tarfile.open(fileobj=io.BytesIO(packed.data), mode="r") as tar:
-        names = {m.name.removeprefix("./"): m for m in tar.getmembers() if m.isfile()}
-        commits = [
-            int(name.split("/", 1)[1])
-            for name in names
-            if name.startswith("commits/") and name.split("/", 1)[1].isdigit()
-        ]
-        if not commits:
-            return None
-        batch = max(commits)
-        member = names.get(f"offsets/{batch}")
-        if member is None:
-            return None
-        extracted = tar.extractfile(member)
-        if extracted is None:
-            return None
-        # An offset log entry: a version line, the batch metadata, then one line per source.
-        lines = extracted.read().decode().strip().splitlines()
+    commits = [
+        int(name.split("/", 1)[1])
+        for name, content in tree.items()
+        if content is not None and name.startswith("commits/") and name[8:].isdigit()
+    ]
+    if not commits:
+        return None
+    batch = max(commits)
+    logged = tree.get(f"offsets/{batch}")
+    if logged is None:
+        return None
+    # An offset log entry: a version line, the batch metadata, then one line per source.
+    lines = logged.decode().strip().splitlines()
     return batch, int(json.loads(lines[-1])["bucket"])
 
 
-def pack_running(
+def snapshot_running(
     runtime: FragmentRuntime, fragment: str, *, quiet_wait_s: float = 0.5
-) -> PackedCheckpoint:
-    """Pack a fragment's checkpoint while its query runs (``FragmentRuntime.pack`` stops it).
+) -> Snapshot:
+    """Read a fragment's checkpoint while its query runs (``FragmentRuntime.pack`` stops it).
 
-    A live pack is consistent: Spark writes every checkpoint file by atomic rename and tarfile
-    adds a directory's entries in sorted order, so ``commits/`` is read before ``offsets/`` and
-    ``state/``: every batch committed in the pack has its offsets and state files, and an offset
-    logged without a commit is re-run by whoever restores it. Between micro-batches is merely the
-    quiet moment; a busy query is packed after a short wait anyway.
+    A live read is consistent (see ``checkpoint_tree.read_tree``); between micro-batches is
+    merely the quiet moment, and a busy query is read after a short wait anyway.
     """
     if runtime.is_running(fragment):
         query = runtime.query(fragment)
         deadline = time.monotonic() + quiet_wait_s
         while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
             time.sleep(0.02)
-    directory = runtime.checkpoint_dir(fragment)
-    for _ in range(2):
-        try:
-            return pack_directory(directory)
-        except OSError:
-            # The state store's maintenance removed a file between listing and reading it.
-            continue
-    return pack_directory(directory)
+    return Snapshot.read(runtime.checkpoint_dir(fragment))
 
 
 def drop_copy(host: FragmentRuntime, fragment: str) -> bool:
@@ -152,6 +142,7 @@ class StandbyKeeper:
         self.replica = replica
         self.every_s = every_s
         self.shipments: list[Shipment] = []
+        self._shipper = DeltaShipper(fragment.name, STANDBY_SHIPMENT, timeout=SHIP_TIMEOUT_S)
         self.errors: list[str] = []
         # One ship at a time: a movement must not race the periodic push to the old host.
         self._lock = threading.Lock()
@@ -177,16 +168,27 @@ class StandbyKeeper:
     def _ship_to(self, host: FragmentRuntime) -> Shipment | None:
         if not self.primary.checkpoint_dir(self.fragment.name).exists():
             return None
-        packed = pack_running(self.primary, self.fragment.name)
-        position = committed_offset(packed)
+        snapshot = snapshot_running(self.primary, self.fragment.name)
+        position = committed_offset(snapshot.tree)
         if position is None:
             return None
         began = time.time()
-        with StreamClient(host.location, timeout=SHIP_TIMEOUT_S) as client:
-            client.ship_checkpoint(self.fragment.name, STANDBY_SHIPMENT, packed)
-        shipment = Shipment(host.name, began, len(packed.data), packed.sha256, *position)
+        sent = self._shipper.ship(host.location, snapshot)
+        shipment = Shipment(
+            host.name,
+            began,
+            sent.bytes,
+            snapshot.packed.sha256,
+            *position,
+            full_bytes=sent.full_bytes,
+            delta=sent.delta,
+        )
         self.shipments.append(shipment)
         return shipment
+
+    def _drop(self, host: FragmentRuntime) -> None:
+        drop_copy(host, self.fragment.name)
+        self._shipper.forget(host.location)
 
     def _acknowledge(self, shipment: Shipment) -> None:
         if shipment.offset is None:
@@ -252,7 +254,7 @@ class StandbyKeeper:
                     raise TransferError(f"{self.fragment.name} has no committed checkpoint yet")
             except Exception as error:
                 coordinator.abort(move.movement_id, f"{type(error).__name__}: {error}")
-                drop_copy(target, self.fragment.name)
+                self._drop(target)
                 raise MoveAborted(
                     f"standby of {self.fragment.name} to {target.name} aborted: {error}"
                 ) from error
@@ -269,7 +271,7 @@ class StandbyKeeper:
                 raise MoveInDoubt(
                     f"standby of {self.fragment.name} to {target.name}: commit unknown: {error}"
                 ) from error
-            drop_copy(source, self.fragment.name)
+            self._drop(source)
             self.replica = target
         self._acknowledge(shipment)
         return StandbyMove(move.movement_id, epoch, shipment)

@@ -13,6 +13,10 @@ Wire protocol (all JSON in tickets, descriptors and action bodies):
   once) and fenced (refused when ``epoch`` is below the stream's fence).
 - DoPut ``{"op": "checkpoint", "fragment", "movement", "sha256", "size"}``: a packed checkpoint
   in 1 MiB binary chunks; refused unless size and checksum match.
+- DoPut ``{"op": "checkpoint_delta", ...}``, the same fields: a ``TreeDelta`` (files added or
+  changed, names removed) applied to the checkpoint this host already holds for that fragment and
+  movement; refused unless that copy is the one the delta was computed against and the result is
+  the sender's tree (see ``checkpoint_tree``).
 - Actions ``declare``, ``info``, ``ack``, ``fence``, ``advance`` (a BOUNDARY, fenced by epoch).
 - Host actions, answered by the host's runtime (``HostHandler``): ``release`` (stop a fragment
   after its last commit and pack its checkpoint, then DoGet ``{"op": "checkpoint"}`` pulls it),
@@ -32,6 +36,13 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from spark_jobs.generators.connections import split_buckets
+from spark_jobs.runtime.checkpoint_tree import (
+    DeltaMismatch,
+    TreeDelta,
+    apply,
+    pack_tree,
+    unpack_tree,
+)
 
 CHUNK_BYTES = 1 << 20
 # A consumer position below every bucket: a consumer held there keeps the whole log.
@@ -256,7 +267,7 @@ class StreamServer(flight.FlightServerBase):
             except FencedError as error:
                 raise flight.FlightUnauthorizedError(str(error)) from error
             writer.write(pa.py_buffer(json.dumps({"fresh": fresh}).encode()))
-        elif request["op"] == "checkpoint":
+        elif request["op"] in ("checkpoint", "checkpoint_delta"):
             chunks = table.column("chunk").to_pylist() if table.num_rows else []
             data = b"".join(chunks)
             digest = hashlib.sha256(data).hexdigest()
@@ -265,10 +276,12 @@ class StreamServer(flight.FlightServerBase):
                     f"checkpoint of {request['fragment']} refused: got {len(data)} bytes, "
                     f"sha256 {digest}, expected {request['size']} bytes, {request['sha256']}"
                 )
-            with self._inbox_lock:
-                self._inbox[(request["fragment"], int(request["movement"]))] = PackedCheckpoint(
-                    data, digest
-                )
+            key = (request["fragment"], int(request["movement"]))
+            if request["op"] == "checkpoint":
+                with self._inbox_lock:
+                    self._inbox[key] = PackedCheckpoint(data, digest)
+            else:
+                self._apply_delta(key, data)
         else:
             raise flight.FlightServerError(f"unknown DoPut op {request['op']!r}")
 
@@ -317,6 +330,27 @@ class StreamServer(flight.FlightServerBase):
         except Exception as error:
             raise flight.FlightServerError(f"{kind} {fragment}: {error}") from error
         return None
+
+    def _apply_delta(self, key: tuple[str, int], data: bytes) -> None:
+        fragment, movement = key
+        try:
+            delta = TreeDelta.decode(data)
+        except (DeltaMismatch, ValueError, KeyError) as error:
+            raise flight.FlightServerError(f"delta of {fragment} refused: {error}") from error
+        # Under the lock: a take or a newer ship between reading the copy and replacing it would
+        # be lost or overwritten by a result computed from the older copy.
+        with self._inbox_lock:
+            held = self._inbox.get(key)
+            if held is None:
+                raise flight.FlightServerError(
+                    f"delta of {fragment} refused: no copy held for movement {movement} to "
+                    "apply it to"
+                )
+            try:
+                tree = apply(unpack_tree(held.data), delta)
+            except DeltaMismatch as error:
+                raise flight.FlightServerError(f"delta of {fragment} refused: {error}") from error
+            self._inbox[key] = PackedCheckpoint.of(pack_tree(tree))
 
     def discard_checkpoint(self, fragment: str, movement: int) -> bool:
         """Drop a shipped checkpoint nobody will restore (a standby that moved away); False if
@@ -428,8 +462,18 @@ class StreamClient:
 
     def ship_checkpoint(self, fragment: str, movement: int, packed: PackedCheckpoint) -> None:
         """Push a packed checkpoint; the receiver verifies size and checksum or refuses it."""
+        self._put_chunks("checkpoint", fragment, movement, packed)
+
+    def ship_checkpoint_delta(self, fragment: str, movement: int, delta: TreeDelta) -> int:
+        """Push a delta onto the checkpoint the receiver holds for this fragment and movement;
+        ``TransferError`` if it holds none or another one. The bytes sent."""
+        encoded = PackedCheckpoint.of(delta.encoded)
+        self._put_chunks("checkpoint_delta", fragment, movement, encoded)
+        return len(encoded.data)
+
+    def _put_chunks(self, op: str, fragment: str, movement: int, packed: PackedCheckpoint) -> None:
         command = {
-            "op": "checkpoint",
+            "op": op,
             "fragment": fragment,
             "movement": movement,
             "sha256": packed.sha256,
@@ -437,7 +481,7 @@ class StreamClient:
         }
         descriptor = flight.FlightDescriptor.for_command(json.dumps(command).encode())
         try:
-            writer, _ = self._client.do_put(descriptor, _CHUNK_SCHEMA)
+            writer, _ = self._client.do_put(descriptor, _CHUNK_SCHEMA, self._options)
             for chunk in _chunks(packed.data):
                 writer.write_batch(pa.record_batch([pa.array([chunk], pa.binary())], _CHUNK_SCHEMA))
             writer.close()

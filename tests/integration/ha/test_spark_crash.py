@@ -64,6 +64,10 @@ def test_crash_on_spark_recovers_with_every_technique(tmp_path):
     passive = report["techniques"]["passive_standby"]
     assert passive["checkpoints_shipped"] >= 1 and passive["checkpoint_bytes"] > 0
     assert passive["movement"]["checkpoint_bytes"] > 0  # restored from B2's inbox
+    # Every shipment after the first is a delta onto B2's copy, and the copy B2 restored from
+    # (its output checked equal to the reference above) was kept that way.
+    assert passive["delta_shipments"] == passive["checkpoints_shipped"] - 1
+    assert passive["shipped_bytes"] < passive["whole_pack_bytes"] or passive["delta_shipments"] == 0
     active = report["techniques"]["active_standby"]
     # The replica had produced what B had already delivered: C dropped those by key.
     assert active["resynced_duplicates_dropped"] > 0

@@ -109,6 +109,11 @@ def test_replica_move_ships_the_latest_checkpoint_and_failover_from_it_is_exact(
         with pytest.raises(TransferError):
             b.server.take_checkpoint("frag", STANDBY_SHIPMENT)  # B's copy is gone
         assert {s.host for s in keeper.shipments[shipped_after_move:]} == {"C"}
+        # The move shipped C the whole checkpoint; the periodic shipments after it only what
+        # changed, applied to C's copy (the failover below restores that copy).
+        assert not moved.shipment.delta and moved.shipment.bytes == moved.shipment.full_bytes
+        periodic = keeper.shipments[shipped_after_move:]
+        assert periodic and all(s.delta and s.bytes < s.full_bytes for s in periodic)
 
         # A goes on past the standby's checkpoint, then dies with its disk.
         publish_atomically(source, "conns", 6, 9)
