@@ -47,6 +47,10 @@ class FailureDetector:
             return True
         return False
 
+    def silence(self, peer: str) -> float:
+        """Seconds since the peer was last heard (or watched, if never heard)."""
+        return self.clock() - self._heard.get(peer, self._watched.get(peer, self.clock()))
+
     def status(self, peer: str) -> PeerStatus:
         if peer not in self._watched:
             return PeerStatus.UNKNOWN
