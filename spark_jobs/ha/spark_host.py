@@ -14,11 +14,10 @@ checkpoint inbox) and a control endpoint. What each failover technique needs of 
   acknowledges A's log as ``<fragment>.state`` only below the oldest window still open, i.e.
   what its state no longer depends on; a new host rebuilding from empty state replays from
   there, since Spark's acknowledgement alone would let A drop rows a half-built window needs;
-- passive standby: every N seconds, preferably between two micro-batches, the whole checkpoint
-  directory is packed (a full pack, no delta: RocksDB's files are immutable, so a delta would
-  be the new .sst/.zip files only; not done) and pushed to the backup's Flight inbox, then A's
-  log is acknowledged as ``<fragment>.standby`` at that checkpoint's offset, so the backup can
-  replay from it;
+- passive standby: every N seconds, preferably between two micro-batches, the checkpoint
+  directory is read and pushed to the backup's Flight inbox (whole the first time, then the
+  files added and removed since, ``shipping.DeltaShipper``), then A's log is acknowledged as
+  ``<fragment>.standby`` at that checkpoint's offset, so the backup can replay from it;
 - active standby: the replica runs the same fragment into its own output stream and
   acknowledges A under its own consumer name.
 ``take_over`` runs the failover on the backup: ``relocate`` with ``NoCheckpoint`` or
