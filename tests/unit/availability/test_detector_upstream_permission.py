@@ -51,6 +51,20 @@ def test_silent_peer_fails_from_the_time_it_was_watched() -> None:
     assert detector.failed("R")
 
 
+def test_silence_counts_from_the_last_answer_or_the_watch() -> None:
+    clock = Clock()
+    detector = FailureDetector(clock, interval=0.1, misses=3)
+    clock.now = 1.0
+    detector.watch("R")
+    clock.now = 1.25
+    assert detector.silence("R") == pytest.approx(0.25)
+    detector.heard("R")
+    clock.now = 1.32
+    assert detector.silence("R") == pytest.approx(0.07)
+    # A peer nobody watches has been silent for no time at all (not failed, not heard).
+    assert detector.silence("nobody") == 0.0
+
+
 def test_heartbeats_are_paced_by_the_interval() -> None:
     clock = Clock()
     detector = FailureDetector(clock, interval=0.1)
