@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from app.agent.command import agent
+from app.participant.command import agent
 from app.settings import get_settings
 from spark_jobs.whatif.command import whatif
 

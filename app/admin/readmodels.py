@@ -14,8 +14,6 @@ from datetime import UTC, datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.agent.bpm_decisions import BpmDecisions
-from app.agent.decisions import ContractView
 from app.audit import service as audit
 from app.auth.principal import ADMIN
 from app.contracts import repository as contracts_repo
@@ -37,6 +35,8 @@ from app.models import (
 from app.movements import repository as movements_repo
 from app.movements import service as movements
 from app.movements.schemas import MovementRead
+from app.participant.bpm_decisions import BpmDecisions
+from app.participant.decisions import ContractView
 from app.participants import repository as participants
 from app.participants.liveness import liveness
 from app.settings import Settings

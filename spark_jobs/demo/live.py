@@ -9,7 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from app.agent.agent import MoveEvent
+from app.participant.node import MoveEvent
 
 BAR = 24
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
 
-from app.agent.client import FedloadClient
-from app.agent.coordinator import RegistryCoordinator
+from app.participant.client import FedloadClient
 from spark_jobs.runtime import FragmentRuntime, FragmentSpec, LiveHost, relocate
+from spark_jobs.runtime.registry_coordinator import RegistryCoordinator
 from spark_jobs.runtime.standby import StandbyKeeper
 
 

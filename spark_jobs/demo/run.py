@@ -22,14 +22,14 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
-from app.agent.agent import Agent, MoveEvent
-from app.agent.bpm_decisions import BpmDecisions
-from app.agent.client import FedloadClient
 from app.db.migrate import upgrade
 from app.db.session import unit_of_work
 from app.federation.apply import apply_federation
 from app.federation.document import FederationDoc, load_federation
 from app.market.allocation import Standing, check_allocation
+from app.participant.bpm_decisions import BpmDecisions
+from app.participant.client import FedloadClient
+from app.participant.node import Agent, MoveEvent
 from app.server import serve_in_thread
 from app.settings import Settings
 from spark_jobs.demo.fragments import (

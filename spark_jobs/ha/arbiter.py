@@ -27,8 +27,8 @@ from typing import Any, Protocol
 
 import pyarrow.flight as flight
 
-from app.agent.client import FedloadClient
 from app.availability import leases
+from app.participant.client import FedloadClient
 from spark_jobs.ha.wire import HAClient
 from spark_jobs.runtime.transport import StreamServer
 

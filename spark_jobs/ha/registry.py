@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from app.agent.client import FedloadClient
+from app.participant.client import FedloadClient
 
 
 class RegistryReporter:

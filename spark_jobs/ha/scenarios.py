@@ -462,7 +462,7 @@ def run_crash(
     technique: str,
     coordinator: MovementCoordinator | None = None,
 ) -> dict[str, Any]:
-    """``coordinator``: the registry (``app.agent.coordinator.RegistryCoordinator``) or, by
+    """``coordinator``: the registry (``registry_coordinator.RegistryCoordinator``) or, by
     default, its in-memory stand-in; fragment "B" is hosted by participant "B" and fails over
     to participant "B2"."""
     if technique not in TECHNIQUES:

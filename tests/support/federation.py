@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.agent.client import FedloadClient
+from app.participant.client import FedloadClient
 
 
 def register_participants(

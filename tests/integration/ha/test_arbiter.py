@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from app.agent.client import FedloadClient
+from app.participant.client import FedloadClient
 from app.settings import Settings
 from spark_jobs.ha.arbiter import ArbiterServer, ReconciliationLeases
 from spark_jobs.ha.cluster import free_port

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from app.agent.client import FedloadClient
-from app.agent.coordinator import RegistryCoordinator
+from app.participant.client import FedloadClient
 from app.settings import Settings
 from spark_jobs.ha.scenarios import Timings, run_crash, run_tentative
+from spark_jobs.runtime.registry_coordinator import RegistryCoordinator
 from tests.support.live_server import serve
 
 ADMIN = "ha-admin-key"

@@ -14,11 +14,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.agent.agent import Agent, MoveEvent
-from app.agent.bpm_decisions import BpmDecisions
-from app.agent.client import FedloadClient
-from app.agent.command import RegistryLoads
-from app.agent.coordinator import RegistryCoordinator
+from app.participant.bpm_decisions import BpmDecisions
+from app.participant.client import FedloadClient
+from app.participant.command import RegistryLoads
+from app.participant.node import Agent, MoveEvent
 from app.settings import Settings
 from spark_jobs.demo.movers import DemoMover
 from spark_jobs.runtime import (
@@ -30,6 +29,7 @@ from spark_jobs.runtime import (
     TransferError,
     relocate,
 )
+from spark_jobs.runtime.registry_coordinator import RegistryCoordinator
 from spark_jobs.runtime.standby import STANDBY_SHIPMENT, StandbyKeeper
 from tests.integration.runtime.conftest import (
     BUCKET,

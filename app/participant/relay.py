@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from app.agent.decisions import ContractView
 from app.market import bpm
+from app.participant.decisions import ContractView
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.agent.client import ApiError, FedloadClient
-from app.agent.coordinator import RegistryCoordinator
+from app.participant.client import ApiError, FedloadClient
 from app.settings import Settings
 from spark_jobs.runtime.coordinator import MovementRefused
+from spark_jobs.runtime.registry_coordinator import RegistryCoordinator
 from tests.support.live_server import serve
 
 ADMIN = "coordinator-admin-key"

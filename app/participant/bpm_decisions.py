@@ -16,7 +16,6 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.agent.decisions import ContractView, OfferPlan
 from app.federation.document import ParticipantSpec
 from app.market import bpm, copies
 from app.market.cost_models import (
@@ -25,6 +24,7 @@ from app.market.cost_models import (
     marginal_cost,
     threshold_for_price,
 )
+from app.participant.decisions import ContractView, OfferPlan
 
 
 @dataclass(frozen=True)

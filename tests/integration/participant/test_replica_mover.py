@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from app.agent.agent import Agent, MoveEvent
-from app.agent.bpm_decisions import BpmDecisions
-from app.agent.client import FedloadClient
-from app.agent.command import RegistryLoads
+from app.participant.bpm_decisions import BpmDecisions
+from app.participant.client import FedloadClient
+from app.participant.command import RegistryLoads
+from app.participant.node import Agent, MoveEvent
 from app.settings import Settings
 from tests.support.federation import register_participants, sign_contract
 from tests.support.live_server import serve

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from app.agent.client import ApiError, FedloadClient
+from app.participant.client import ApiError, FedloadClient
 from spark_jobs.runtime.coordinator import MovementRefused, PreparedMove
 
 

@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from app.agent.client import ApiError, FedloadClient
-from app.agent.decisions import ContractView, Decisions
-from app.agent.relay import plan_room, take_after_room
+from app.participant.client import ApiError, FedloadClient
+from app.participant.decisions import ContractView, Decisions
+from app.participant.relay import plan_room, take_after_room
 
 log = logging.getLogger("fedload.agent")
 
@@ -73,7 +73,7 @@ class AgentState:
     last_offer: tuple[int, str] | None = None  # (offer id, partner) of the latest offer made
     refused_at: dict[str, float] = field(default_factory=dict)  # partner -> when it last refused
     offered_at: dict[str, float] = field(default_factory=dict)  # partner -> when it last shed to me
-    # upstream offer id -> the room-making relay under way for it (see app.agent.relay)
+    # upstream offer id -> the room-making relay under way for it (see app.participant.relay)
     relays: dict[int, PendingRelay] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 

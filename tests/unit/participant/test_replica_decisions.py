@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from app.agent.bpm_decisions import BpmDecisions
-from app.agent.decisions import ContractView
 from app.market.cost_models import MM1Cost
+from app.participant.bpm_decisions import BpmDecisions
+from app.participant.decisions import ContractView
 
 # B hosts only A's replica of q (30 of 35: MC 1.4 per unit); C is cheaper but refuses replicas.
 B = BpmDecisions(MM1Cost(capacity=35.0), hysteresis=0.01)

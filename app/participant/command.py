@@ -15,9 +15,9 @@ from pathlib import Path
 
 import typer
 
-from app.agent.agent import Agent, MoveEvent
-from app.agent.bpm_decisions import BpmDecisions
-from app.agent.client import FedloadClient
+from app.participant.bpm_decisions import BpmDecisions
+from app.participant.client import FedloadClient
+from app.participant.node import Agent, MoveEvent
 
 
 class RegistryLoads:
