@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from app.participant.command import agent
+from app.participant.command import HostFactory, agent_command
 from app.settings import get_settings
 from spark_jobs.whatif.command import whatif
 
@@ -25,7 +25,15 @@ cli.add_typer(db_cli, name="db")
 cli.add_typer(contracts_cli, name="contracts")
 cli.add_typer(participants_cli, name="participants")
 cli.command("whatif")(whatif)
-cli.command("agent")(agent)
+
+
+def _spark_host() -> HostFactory:
+    from spark_jobs.runtime.participant_host import make_host
+
+    return make_host
+
+
+cli.command("agent")(agent_command(_spark_host))
 
 
 @db_cli.command("upgrade")

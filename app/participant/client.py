@@ -51,6 +51,12 @@ class FedloadClient:
     def me(self) -> dict[str, Any]:
         return dict(self._call("GET", "/v1/participants/me"))
 
+    def endpoint(self, participant: str) -> str | None:
+        """A partner's data-plane address, as its agent last reported it (None: not yet)."""
+        path = f"/v1/participants/{quote(participant, safe='')}/endpoint"
+        found = self._call("GET", path).get("endpoint")
+        return None if found is None else str(found)
+
     def heartbeat(self, **report: Any) -> dict[str, Any]:
         return dict(self._call("POST", "/v1/participants/me/heartbeat", json=report))
 
@@ -63,6 +69,13 @@ class FedloadClient:
     # tasks
     def tasks(self) -> list[dict[str, Any]]:
         return list(self._call("GET", "/v1/tasks"))
+
+    def task(self, name: str) -> dict[str, Any]:
+        return dict(self._call("GET", f"/v1/tasks/{quote(name, safe='')}"))
+
+    def set_task_load(self, name: str, load: float) -> dict[str, Any]:
+        """The owner (or an admin) declares a task's new load: its input rate changed."""
+        return dict(self._call("PATCH", f"/v1/tasks/{quote(name, safe='')}", json={"load": load}))
 
     def lease(self, task: str) -> dict[str, Any]:
         return dict(self._call("GET", f"/v1/tasks/{task}/lease"))
@@ -127,6 +140,9 @@ class FedloadClient:
         )
 
     # movements
+    def movement(self, movement_id: int) -> dict[str, Any]:
+        return dict(self._call("GET", f"/v1/movements/{int(movement_id)}"))
+
     def movements(self) -> list[dict[str, Any]]:
         return list(self._call("GET", "/v1/movements"))
 

@@ -1,97 +1,284 @@
-"""``fedload agent``: run one participant's agent as its own process.
+"""``fedload agent``: one participant, run as its own process.
 
-In this mode the agent decides and trades over REST with its private cost model, measuring load
-as the tasks' loads recorded in the registry; moves it receives are committed in the registry
-without carrying Spark state. Hosting real fragments across processes needs the source to release
-its checkpoint on request, which the one-process demo does directly and this mode does not yet.
+The process holds the participant's API key and private cost model, hosts the fragments the
+registry assigns to it (through a ``Host`` that ``app/cli.py`` builds: Spark for real fragments),
+serves its data-plane endpoint and reports it in every heartbeat, and trades load over REST.
+
+It outlives its partners and the service: a tick that cannot reach the service is retried with
+exponential back-off and jitter while the fragments keep running, and once the service answers
+the next heartbeat re-registers the agent. SIGTERM (or Ctrl-C) ends the current tick, so no move
+is left half-done, then stops every fragment after its last committed batch.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import random
+import signal
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
+import httpx
 import typer
 
 from app.participant.bpm_decisions import BpmDecisions
-from app.participant.client import FedloadClient
+from app.participant.client import ApiError, FedloadClient
 from app.participant.node import Agent, MoveEvent
+from app.participant.ports import Host, MovementRecord, Mover, NoHost, Received
+
+log = logging.getLogger("fedload.agent")
 
 
-class RegistryLoads:
-    """Load of each hosted task as the registry records it (declared, or sold in an offer)."""
+class RegistryLoads(NoHost):
+    """Declared loads as the registry records them: a participant without a data plane.
 
-    def __init__(self, client: FedloadClient) -> None:
-        self._client = client
+    Kept under this name for the scenario tests that run nodes in one process."""
 
-    def loads(self, tasks: list[str]) -> dict[str, float]:
-        recorded = {t["name"]: float(t["load"]) for t in self._client.tasks()}
-        return {t: recorded.get(t, 0.0) for t in tasks}
+    def __init__(self, client: FedloadClient | None = None) -> None:
+        del client
 
 
 class RegistryOnlyMover:
-    """Takes over tasks that carry no Spark state: committing the movement is the whole move."""
+    """Takes over tasks that carry no state: committing the movement is the whole move."""
 
     def __init__(self, client: FedloadClient) -> None:
         self._client = client
 
-    def receive(self, task: str, source: str, target: str, movement_id: int, epoch: int) -> None:
-        self._client.commit(movement_id, epoch)
+    def receive(self, movement: MovementRecord) -> Received:
+        self._client.commit(movement.id, movement.epoch)
+        return Received()
 
-    def receive_replica(
-        self, task: str, source: str, target: str, movement_id: int, epoch: int
-    ) -> None:
-        # No standby runs in this mode: the registry's record of the replica is all that moves.
-        self._client.commit(movement_id, epoch)
+    def receive_replica(self, movement: MovementRecord) -> Received:
+        # No standby runs here: the registry's record of the replica is all that moves.
+        self._client.commit(movement.id, movement.epoch)
+        return Received()
 
 
-def agent(
-    participant: str = typer.Option(..., "--participant", help="The participant this agent runs."),
-    api: str = typer.Option("http://127.0.0.1:8000", "--api", help="Base URL of the service."),
-    key: str = typer.Option(
-        ..., "--key", envvar="FEDLOAD_API_KEY", help="The participant's API key."
-    ),
-    cost_model: str = typer.Option(
-        '{"kind": "mm1"}', "--cost-model", help="Private cost model as JSON, or @FILE."
-    ),
-    interval: float = typer.Option(1.0, help="Seconds between statistics (Borealis: 1 s)."),
-    offer_interval: float = typer.Option(7.0, help="Seconds between offers (Borealis: 7 s)."),
-    hysteresis: float = typer.Option(0.01, help="Price band against flip-flop moves."),
-    ticks: int = typer.Option(0, help="Stop after this many intervals (0: run until stopped)."),
-) -> None:
-    """Run one participant: heartbeat, answer offers, and shed load when a partner is cheaper."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    spec = json.loads(
-        Path(cost_model[1:]).read_text() if cost_model.startswith("@") else cost_model
-    )
-    client = FedloadClient(api, key)
-    me = client.me()
-    if me["name"] != participant:
-        raise typer.BadParameter(
-            f"the key belongs to {me['name']!r}, not {participant!r}", param_hint="--key"
-        )
-    decisions = BpmDecisions.for_model(spec, me["capacity"], hysteresis)
+@dataclass(frozen=True)
+class AgentOptions:
+    participant: str
+    api: str
+    key: str
+    data_dir: Path
+    listen: str = "127.0.0.1:0"
+    advertise: str | None = None
+    spark_master: str | None = None
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    cost_model: dict[str, Any] | None = None  # None: the one the registry holds for us
+    interval: float = 1.0
+    offer_interval: float = 7.0
+    hysteresis: float = 0.01
+    ticks: int = 0
+    accept_fragments: frozenset[str] | None = None  # None: any catalogue fragment
+    events: Path | None = None
 
-    def report(move: MoveEvent) -> None:
-        typer.echo(f"took {move.task} from {move.src} at {move.price}")
 
-    runner = Agent(
-        participant,
-        client,
-        decisions,
-        RegistryLoads(client),
-        RegistryOnlyMover(client),
-        offer_interval=offer_interval,
-        on_move=report,
-    )
-    started, tick = time.monotonic(), 0
+@dataclass(frozen=True)
+class AgentContext:
+    """What a host factory gets to build this participant's data plane."""
+
+    options: AgentOptions
+    client: FedloadClient
+
+
+HostFactory = Callable[[AgentContext], tuple[Host, Mover]]
+
+# Back-off while the service is unreachable: 0.5 s doubling to 15 s, each wait drawn from
+# [half, full] so that a federation's agents do not all return in the same instant.
+BACKOFF_FIRST_S = 0.5
+BACKOFF_MAX_S = 15.0
+
+
+def backoff_delay(failures: int, rng: random.Random) -> float:
+    ceiling = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** max(0, failures - 1))
+    return rng.uniform(ceiling / 2, ceiling)
+
+
+def _unreachable(error: Exception) -> bool:
+    if isinstance(error, httpx.TransportError):
+        return True
+    return isinstance(error, ApiError) and error.status >= 500
+
+
+def _wait_for_service(client: FedloadClient, stop: threading.Event) -> dict[str, Any] | None:
+    rng, failures = random.Random(), 0
+    while not stop.is_set():
+        try:
+            return client.me()
+        except Exception as error:
+            if not _unreachable(error):
+                raise
+            failures += 1
+            delay = backoff_delay(failures, rng)
+            log.warning("service unreachable (%s); retrying in %.1f s", error, delay)
+            stop.wait(delay)
+    return None
+
+
+def run_agent(options: AgentOptions, make_host: HostFactory) -> int:
+    """Run until stopped (or ``options.ticks`` intervals); returns the exit status."""
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    client = FedloadClient(options.api, options.key)
     try:
-        while ticks == 0 or tick < ticks:
-            liveness = {p["name"]: p["liveness"] for p in client._call("GET", "/v1/participants")}
-            runner.tick(time.monotonic() - started, liveness=liveness)
-            tick += 1
-            time.sleep(interval)
+        me = _wait_for_service(client, stop)
+        if me is None:
+            return 0
+        if me["name"] != options.participant:
+            log.error("the key belongs to %r, not %r", me["name"], options.participant)
+            return 2
+        spec = options.cost_model or me.get("cost_model") or {"kind": "mm1"}
+        decisions = BpmDecisions.for_model(spec, float(me["capacity"]), options.hysteresis)
+        options.data_dir.mkdir(parents=True, exist_ok=True)
+        host, mover = make_host(AgentContext(options, client))
+        events = options.events or options.data_dir / "events.jsonl"
+        try:
+            node = Agent(
+                options.participant,
+                client,
+                decisions,
+                host,
+                mover,
+                offer_interval=options.offer_interval,
+                on_move=lambda move: _record(events, move),
+                accept_fragments=options.accept_fragments,
+            )
+            _loop(node, client, options, stop)
+        finally:
+            host.close()
+        return 0
     finally:
         client.close()
+
+
+def _loop(node: Agent, client: FedloadClient, options: AgentOptions, stop: threading.Event) -> None:
+    rng, failures, tick = random.Random(), 0, 0
+    started = time.monotonic()
+    while not stop.is_set() and (options.ticks == 0 or tick < options.ticks):
+        began = time.monotonic()
+        try:
+            liveness = {p["name"]: p["liveness"] for p in client._call("GET", "/v1/participants")}
+            node.tick(began - started, liveness=liveness)
+        except Exception as error:
+            if not _unreachable(error):
+                log.exception("tick failed; the agent goes on")
+            else:
+                failures += 1
+                delay = backoff_delay(failures, rng)
+                log.warning("service unreachable (%s); retrying in %.1f s", error, delay)
+                stop.wait(delay)
+                continue
+        else:
+            if failures:
+                log.info("service reachable again after %d failed attempts", failures)
+            failures = 0
+        tick += 1
+        stop.wait(max(0.0, options.interval - (time.monotonic() - began)))
+
+
+def _record(events: Path, move: MoveEvent) -> None:
+    line = {**asdict(move), "timings": dict(move.timings), "wall": time.time()}
+    with events.open("a") as out:
+        out.write(json.dumps(line) + "\n")
+    log.info(
+        "took %s from %s at %s (%d bytes of state)",
+        move.task,
+        move.src,
+        move.price,
+        move.state_bytes,
+    )
+
+
+def _key_values(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint="--spark-conf")
+        out[key] = value
+    return out
+
+
+def agent_command(host_factory: Callable[[], HostFactory]) -> Callable[..., None]:
+    """The ``fedload agent`` command, with the data plane ``app/cli.py`` provides (imported only
+    when an agent runs, so other commands never load Spark)."""
+
+    def agent(
+        participant: str = typer.Option(..., "--participant", help="The participant to run."),
+        api: str = typer.Option("http://127.0.0.1:8000", "--api", help="The service's base URL."),
+        key: str = typer.Option(
+            ..., "--key", envvar="FEDLOAD_API_KEY", help="The participant's API key."
+        ),
+        listen: str = typer.Option(
+            "127.0.0.1:0", "--listen", help="HOST:PORT of this agent's Flight endpoint."
+        ),
+        advertise: str | None = typer.Option(
+            None,
+            "--advertise",
+            help="HOST[:PORT] partners reach the endpoint at (default: listen).",
+        ),
+        data_dir: Path = typer.Option(
+            ..., "--data-dir", help="Checkpoints and the move log; keep it across restarts."
+        ),
+        spark_master: str | None = typer.Option(
+            None, "--spark-master", envvar="SPARK_MASTER", help="Spark master (default local[2])."
+        ),
+        spark_conf: list[str] = typer.Option(
+            [], "--spark-conf", help="Extra Spark setting KEY=VALUE; repeatable."
+        ),
+        cost_model: str | None = typer.Option(
+            None, "--cost-model", help="Private cost model as JSON or @FILE (default: registry's)."
+        ),
+        accept: list[str] = typer.Option(
+            [], "--accept", help="Catalogue fragments this participant runs (default: all)."
+        ),
+        interval: float = typer.Option(1.0, help="Seconds between statistics (Borealis: 1 s)."),
+        offer_interval: float = typer.Option(7.0, help="Seconds between offers (Borealis: 7 s)."),
+        hysteresis: float = typer.Option(0.01, help="Price band against flip-flop moves."),
+        ticks: int = typer.Option(0, help="Stop after this many intervals (0: until stopped)."),
+    ) -> None:
+        """Run one participant: host its fragments, heartbeat, answer offers, shed load."""
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+        try:
+            parse_address(listen)
+        except ValueError as error:
+            raise typer.BadParameter(str(error), param_hint="--listen") from error
+        model = None
+        if cost_model is not None:
+            text = Path(cost_model[1:]).read_text() if cost_model.startswith("@") else cost_model
+            try:
+                model = json.loads(text)
+            except json.JSONDecodeError as error:
+                raise typer.BadParameter(f"not JSON: {error}", param_hint="--cost-model") from error
+        options = AgentOptions(
+            participant=participant,
+            api=api,
+            key=key,
+            data_dir=data_dir,
+            listen=listen,
+            advertise=advertise,
+            spark_master=spark_master,
+            spark_conf=_key_values(spark_conf),
+            cost_model=model,
+            interval=interval,
+            offer_interval=offer_interval,
+            hysteresis=hysteresis,
+            ticks=ticks,
+            accept_fragments=frozenset(accept) if accept else None,
+        )
+        raise typer.Exit(run_agent(options, host_factory()))
+
+    return agent
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {address!r}")
+    return host, int(port)

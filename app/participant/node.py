@@ -11,34 +11,15 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from app.participant.client import ApiError, FedloadClient
 from app.participant.decisions import ContractView, Decisions
+from app.participant.ports import Host, MovementRecord, Mover, TaskRecord
 from app.participant.relay import plan_room, take_after_room
 
 log = logging.getLogger("fedload.agent")
-
-
-class LoadMeter(Protocol):
-    def loads(self, tasks: list[str]) -> dict[str, float]:
-        """Current load (load units) of each hosted task."""
-        ...
-
-
-class Mover(Protocol):
-    def receive(self, task: str, source: str, target: str, movement_id: int, epoch: int) -> None:
-        """Bring ``task`` over from ``source`` and commit the movement as its new host."""
-        ...
-
-    def receive_replica(
-        self, task: str, source: str, target: str, movement_id: int, epoch: int
-    ) -> None:
-        """Take over the replica of ``task`` that ``source`` hosts (its standby, where one runs)
-        and commit the replica's movement; abort it if the standby cannot follow."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -50,6 +31,8 @@ class MoveEvent:
     price: float | None
     reason: str
     movement_id: int
+    state_bytes: int = 0  # bytes of Spark state shipped; 0 for a declared-load task
+    timings: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -84,21 +67,25 @@ class Agent:
         name: str,
         client: FedloadClient,
         decisions: Decisions,
-        meter: LoadMeter,
+        host: Host,
         mover: Mover,
         *,
         offer_interval: float = 7.0,
         refusal_backoff_intervals: int = 3,
         on_move: Callable[[MoveEvent], None] | None = None,
+        accept_fragments: Collection[str] | None = None,
     ) -> None:
+        """``accept_fragments``: the catalogue fragments this participant agrees to run (None:
+        any); offered tasks running another fragment are left out of what it accepts."""
         self.name = name
         self.client = client
         self.decisions = decisions
-        self.meter = meter
+        self.host = host
         self.mover = mover
         self.offer_interval = offer_interval
         self.refusal_backoff = refusal_backoff_intervals * offer_interval
         self.on_move = on_move
+        self.accept_fragments = None if accept_fragments is None else frozenset(accept_fragments)
         self.state = AgentState()
 
     def contracts(self) -> list[ContractView]:
@@ -119,8 +106,12 @@ class Agent:
 
     def tick(self, now: float, *, liveness: Mapping[str, str]) -> None:
         """One statistics interval at simulated time ``now`` (seconds)."""
-        tasks = [t for t in self.client.tasks() if t["host"] == self.name]
-        loads = self.meter.loads([t["name"] for t in tasks])
+        visible = self.client.tasks()
+        # The host runs what the registry says this participant hosts (and serves the output
+        # logs of what it owns) before anything is measured or traded.
+        self.host.reconcile([TaskRecord.from_read(t) for t in visible])
+        tasks = [t for t in visible if t["host"] == self.name]
+        loads = self.host.loads([TaskRecord.from_read(t) for t in tasks])
         state = self.state
         state.replicas, state.held_by = set(), {}
         for r in self.client.replicas():
@@ -134,9 +125,14 @@ class Agent:
         state.load = sum(loads.values())
         state.marginal_cost = self.decisions.marginal_cost(state.load)
         state.threshold = self.decisions.threshold(contracts)
-        self.client.heartbeat(
-            load=state.load, marginal_cost=_finite(state.marginal_cost), threshold=state.threshold
-        )
+        beat: dict[str, object] = {
+            "load": state.load,
+            "marginal_cost": _finite(state.marginal_cost),
+            "threshold": state.threshold,
+        }
+        if self.host.endpoint is not None:
+            beat["endpoint"] = self.host.endpoint
+        self.client.heartbeat(**beat)
         self._answer_offers(now, tasks, loads, contracts, liveness)
         if now - state.last_offer_at >= self.offer_interval:
             state.last_offer_at = now
@@ -159,7 +155,7 @@ class Agent:
             if offer["to"] != self.name or offer["status"] != "open":
                 continue
             self.state.offered_at[offer["from"]] = now
-            offered = self._offered_loads(offer)
+            offered = self._acceptable_kinds(self._offered_loads(offer))
             load = sum(loads.values())
             relay = self.state.relays.get(offer["id"])
             if relay is not None:
@@ -228,7 +224,7 @@ class Agent:
             upstream=offer["from"],
             upstream_price=offer["price"],
             offered_load=sum(offered.values()),
-            movable={t["name"]: loads[t["name"]] for t in tasks if not t["pinned"]},
+            movable={t["name"]: loads[t["name"]] for t in tasks if _movable(t)},
             contracts=contracts,
             partner_available=self._available_partners(now, liveness),
             last_refused=self.state.refused_at,
@@ -270,6 +266,19 @@ class Agent:
             room_below_price=self.decisions.load_at_price(offer["price"]),
         )
 
+    def _acceptable_kinds(self, offered: dict[str, float]) -> dict[str, float]:
+        if self.accept_fragments is None:
+            return offered
+        kept = {}
+        for name, load in offered.items():
+            try:
+                fragment = self.client.task(name).get("fragment")
+            except ApiError:
+                continue  # cannot tell what it runs: do not take it
+            if fragment is None or fragment in self.accept_fragments:
+                kept[name] = load
+        return kept
+
     def _offered_loads(self, offer: dict) -> dict[str, float]:
         # The offer names tasks and replicas; their declared loads are what the giver measured
         # and sells.
@@ -277,22 +286,30 @@ class Agent:
         return {t: float(offer["loads"].get(t, 0.0)) for t in names}
 
     def _perform(self, now: float, accepted: dict) -> None:
-        movements = {m["id"]: m for m in self.client.movements()}
         for movement_id in accepted["movement_ids"]:
-            m = movements[movement_id]
+            # The registry prepared these movements when it took the accept: read each by id.
+            movement = MovementRecord.from_read(self.client.movement(movement_id))
             try:
                 # A replica moves through the mover like a primary: the standby must be in
                 # place here before the registry names this participant its host.
-                receive = self.mover.receive_replica if m.get("replica") else self.mover.receive
-                receive(m["task"], m["from"], self.name, movement_id, m["epoch"])
+                receive = self.mover.receive_replica if movement.replica else self.mover.receive
+                received = receive(movement)
             except Exception as exc:  # the move is aborted by the mover; keep the agent alive
-                log.warning("move of %s to %s failed: %s", m["task"], self.name, exc)
-                self.state.errors.append(f"move {m['task']}: {exc}")
+                log.warning("move of %s to %s failed: %s", movement.task, self.name, exc)
+                self.state.errors.append(f"move {movement.task}: {exc}")
                 continue
             if self.on_move is not None:
                 self.on_move(
                     MoveEvent(
-                        now, m["task"], m["from"], self.name, m["price"], m["reason"], movement_id
+                        now,
+                        movement.task,
+                        movement.source,
+                        self.name,
+                        movement.price,
+                        movement.reason,
+                        movement_id,
+                        received.state_bytes,
+                        dict(received.timings),
                     )
                 )
 
@@ -309,7 +326,7 @@ class Agent:
             return
         self._note_refusal(now, mine)
         available = self._available_partners(now, liveness)
-        movable = {t["name"]: loads[t["name"]] for t in tasks if not t["pinned"]}
+        movable = {t["name"]: loads[t["name"]] for t in tasks if _movable(t)}
         movable.update({name: loads[name] for name in self.state.replicas})
         plan = self.decisions.plan_offer(
             load=sum(loads.values()),
@@ -352,3 +369,8 @@ class Agent:
 
 def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
+
+
+def _movable(task: dict) -> bool:
+    # A source produces its owner's data where the owner is; pinned tasks are an admin's call.
+    return not task["pinned"] and not TaskRecord.from_read(task).source

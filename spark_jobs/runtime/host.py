@@ -174,31 +174,56 @@ class FragmentRuntime:
     def __init__(
         self,
         name: str,
-        spark: SparkSession,
+        spark: SparkSession | Callable[[], SparkSession],
         checkpoint_root: Path,
         *,
         authorize_release: Callable[[str, int], bool] | None = None,
+        server: StreamServer | None = None,
     ) -> None:
-        """``authorize_release(fragment, movement)`` guards remote release requests: an agent
-        passes a check that the registry holds that movement as prepared from this host."""
+        """``spark`` is a session or a factory called when the first query starts (an agent
+        serves its Flight endpoint from the start but pays for a JVM only once it hosts a real
+        fragment). ``authorize_release(fragment, movement)`` guards remote release requests: an
+        agent passes a check that the registry holds that movement as prepared from this host.
+        ``server`` is the host's Flight endpoint (default: a new one on loopback)."""
         self.name = name
-        self.spark = spark
+        self._spark: SparkSession | None = None
+        self._spark_factory: Callable[[], SparkSession] | None = None
+        if isinstance(spark, SparkSession):
+            self._spark = spark
+        else:
+            self._spark_factory = spark
         self.checkpoint_root = Path(checkpoint_root)
         self.checkpoint_root.mkdir(parents=True, exist_ok=True)
-        self.server = StreamServer()
+        self.server = server if server is not None else StreamServer()
         self.server.handler = self
         self.location = self.server.location
         self._authorize_release = authorize_release
         self._running: dict[str, _Running] = {}
         # Specs of fragments this host ran, so a remote mover can ask it to reinstate one.
         self._specs: dict[str, FragmentSpec] = {}
-        spark.dataSource.register(SUnionDataSource)
         self._boundaries = _BoundaryPublisher()
-        spark.streams.addListener(self._boundaries)
         # A fragment whose checkpoint moved to another directory under the root (DPC adopts the
         # directory of its redo copy), and the directories of running copies.
         self._checkpoint_dirs: dict[str, Path] = {}
         self._copy_dirs: dict[str, Path] = {}
+        if self._spark is not None:
+            self._attach(self._spark)
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            assert self._spark_factory is not None
+            self._spark = self._spark_factory()
+            self._attach(self._spark)
+        return self._spark
+
+    @property
+    def has_spark(self) -> bool:
+        return self._spark is not None
+
+    def _attach(self, spark: SparkSession) -> None:
+        spark.dataSource.register(SUnionDataSource)
+        spark.streams.addListener(self._boundaries)
 
     def checkpoint_dir(self, fragment: str) -> Path:
         return self._checkpoint_dirs.get(fragment, self.checkpoint_root / fragment)
@@ -213,6 +238,22 @@ class FragmentRuntime:
 
     def query(self, fragment: str) -> StreamingQuery:
         return self._running[fragment].query
+
+    def started(self) -> list[str]:
+        """Fragments (and copies) started here and not stopped since, whether running or not."""
+        return list(self._running)
+
+    def running_spec(self, fragment: str) -> FragmentSpec | None:
+        running = self._running.get(fragment)
+        return None if running is None else running.spec
+
+    def failure(self, fragment: str) -> str | None:
+        """Why a started fragment's query ended on its own (None while it runs or never ran)."""
+        running = self._running.get(fragment)
+        if running is None or running.query.isActive:
+            return None
+        error = running.query.exception()
+        return None if error is None else str(error)
 
     def stats(self, fragment: str) -> FragmentStats | None:
         """Load of a running fragment (None before its first batch). An agent multiplies the
@@ -376,5 +417,6 @@ class FragmentRuntime:
             running = self._running.pop(fragment)
             if running.query.isActive:
                 running.query.stop()
-        self.spark.streams.removeListener(self._boundaries)
+        if self._spark is not None:
+            self._spark.streams.removeListener(self._boundaries)
         self.server.shutdown()

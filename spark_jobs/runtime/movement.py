@@ -31,6 +31,7 @@ content under the same batch ids; starting after commit costs no more than a reg
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -164,14 +165,23 @@ def relocate(
     *,
     coordinator: MovementCoordinator,
     reason: str = "load",
+    on_step: Callable[[str], None] | None = None,
 ) -> Relocation:
-    """Move ``fragment`` to ``target``; returns once the target's query is started."""
+    """Move ``fragment`` to ``target``; returns once the target's query is started.
+
+    ``on_step(step)`` is called after each step ("prepared", "released", "shipped", "restored",
+    "committed", "resumed"): progress for a caller, and the fault-injection points of the crash
+    tests (an agent paused at a step is killed there)."""
     began = time.perf_counter()
     move = coordinator.prepare(fragment.name, checkpoint_source.host, target.name, reason)
     relocation = Relocation(move.movement_id, move.epoch)
 
     def mark(step: str) -> None:
         relocation.timings[step] = time.perf_counter() - began
+        if on_step is not None:
+            on_step(step)
+
+    mark("prepared")
 
     previous_epoch = move.epoch - 1
     if isinstance(checkpoint_source, RemoteHost):

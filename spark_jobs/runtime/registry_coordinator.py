@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from app.participant.client import ApiError, FedloadClient
+from app.participant.ports import MovementRecord
 from spark_jobs.runtime.coordinator import MovementRefused, PreparedMove
 
 
@@ -90,3 +91,45 @@ class RegistryCoordinator:
             except ApiError:
                 continue
         raise MovementRefused(f"no participant of this process can see task {fragment}")
+
+
+class PreparedMovementCoordinator:
+    """The registry's side of one movement it already prepared (an accepted offer).
+
+    The receiving agent holds the movement as the registry created it (``GET /v1/movements/{id}``),
+    so ``prepare`` only checks that it is the one being carried out; ``commit`` is sent with the
+    receiver's key, the only one the registry takes a commit from."""
+
+    def __init__(self, client: FedloadClient, movement: MovementRecord) -> None:
+        self._client = client
+        self._movement = movement
+
+    def prepare(self, fragment: str, source: str, target: str, reason: str) -> PreparedMove:
+        m = self._movement
+        if (m.task, m.source, m.target) != (fragment, source, target):
+            raise MovementRefused(
+                f"movement {m.id} moves {m.task} from {m.source} to {m.target}, "
+                f"not {fragment} from {source} to {target}"
+            )
+        if m.status != "prepared":
+            raise MovementRefused(f"movement {m.id} is {m.status}, not prepared")
+        return PreparedMove(m.id, m.task, m.source, m.target, m.epoch, m.reason)
+
+    def commit(self, movement_id: int) -> int:
+        try:
+            return int(self._client.commit(movement_id, self._movement.epoch)["epoch"])
+        except ApiError as exc:
+            raise MovementRefused(exc.detail) from exc
+
+    def abort(self, movement_id: int, why: str) -> None:
+        try:
+            self._client.abort(movement_id)
+        except ApiError as exc:
+            if exc.status != 409:  # already committed or aborted: abort is idempotent
+                raise
+
+    def current_epoch(self, fragment: str) -> int:
+        return int(self._client.lease(fragment)["epoch"])
+
+    def host(self, fragment: str) -> str:
+        return str(self._client.lease(fragment)["host"])

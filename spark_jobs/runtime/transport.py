@@ -214,7 +214,12 @@ _CHUNK_SCHEMA = pa.schema([("chunk", pa.binary())])
 class StreamServer(flight.FlightServerBase):
     """A host's Flight endpoint: its stream logs and its inbox of shipped checkpoints."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, advertise: str | None = None
+    ) -> None:
+        """Listen on ``host:port`` (port 0: any free one); ``advertise`` is the ``host[:port]``
+        that others reach it at, when that differs (a wildcard listen, a NAT): the listen
+        address otherwise."""
         super().__init__(f"grpc://{host}:{port}")
         self.log = StreamLog()
         self._inbox: dict[tuple[str, int], PackedCheckpoint] = {}
@@ -222,7 +227,7 @@ class StreamServer(flight.FlightServerBase):
         # Checkpoints this host released for a movement, until the mover has pulled them.
         self._outbox: dict[tuple[str, int], PackedCheckpoint] = {}
         self.handler: HostHandler | None = None
-        self.location = f"grpc://{host}:{self.port}"
+        self.location = _advertised(advertise, host, self.port)
 
     # -- streams -----------------------------------------------------------------------------
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.FlightDataStream:
@@ -367,6 +372,15 @@ class StreamServer(flight.FlightServerBase):
                 raise TransferError(
                     f"no verified checkpoint of {fragment} for movement {movement}"
                 ) from None
+
+
+def _advertised(advertise: str | None, host: str, port: int) -> str:
+    if not advertise:
+        return f"grpc://{host}:{port}"
+    name, _, given = advertise.removeprefix("grpc://").rpartition(":")
+    if not name:  # only a host was given: the port is the one actually bound
+        return f"grpc://{given}:{port}"
+    return f"grpc://{name}:{given}"
 
 
 class StreamClient:

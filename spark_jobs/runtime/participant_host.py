@@ -1,0 +1,430 @@
+"""A participant's data plane on Spark: the ``Host`` and ``Mover`` of ``fedload agent``.
+
+One ``FragmentRuntime`` per agent process, with its Flight endpoint listening from the start and
+its SparkSession built when the first real fragment starts here. Every tick the node hands over
+the registry's records and the host brings what runs here in line with them:
+
+- a fragment task this participant hosts runs as a streaming query, from its checkpoint under
+  the data directory when it has one (a restarted agent resumes where it stopped);
+- a source task (the seeded generator) runs in its owner's agent and publishes to its output log;
+- the output log of every fragment task this participant owns lives on its endpoint, so the
+  output stays put while the fragment moves;
+- a local copy of a task that the registry says is hosted elsewhere is dropped, except while a
+  movement of it is prepared (this host released it and waits for the registry's outcome).
+
+Moves (``receive``) follow the one movement path between processes: the target asks the source's
+endpoint to release the fragment for the registry's prepared movement; the source checks with the
+registry that exactly that movement is prepared from it before it stops after its last committed
+batch and packs the checkpoint; the target pulls and verifies it, installs it, commits in the
+registry (which fences the old host), and starts from the checkpoint's offsets.
+
+Where time is known from the registry only, crashes resolve through it: a target that died before
+committing leaves a prepared movement that the registry aborts when its lease expires, and the
+source's next tick restarts the fragment it had released; a target that died after committing
+restarts it from the installed checkpoint when it comes back; a source that died resumes its
+fragment only if the registry still names it the host.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from app.participant.client import ApiError, FedloadClient
+from app.participant.command import AgentContext, parse_address
+from app.participant.ports import Host, MovementRecord, Mover, Received, TaskRecord
+from spark_jobs.fragments import catalogue
+from spark_jobs.generators import ConnectionGenerator, RateSchedule
+from spark_jobs.runtime.host import FragmentRuntime, FragmentSpec, StreamRef
+from spark_jobs.runtime.movement import RemoteHost, relocate
+from spark_jobs.runtime.registry_coordinator import PreparedMovementCoordinator
+from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient, StreamServer, publish
+from spark_jobs.session import build_session
+
+log = logging.getLogger("fedload.agent.host")
+
+BUCKET_SECONDS = 1.0
+# The registry's declared load of a fragment task is its load at the catalogue generator's
+# default rate; measured load scales it by the rows per second Spark actually processes
+# (Borealis: load = input rate x per-tuple cost).
+NOMINAL_ROWS_PER_SECOND = 60.0
+LOAD_WINDOW_SECONDS = 10.0
+# Crash tests pause an agent at a step of a move (FEDLOAD_FAULT_PAUSE=committed, say) and kill it
+# there; nothing else sets this.
+FAULT_PAUSE_ENV = "FEDLOAD_FAULT_PAUSE"
+
+
+class PausePoints:
+    """Fault injection for the crash tests: at a named step, write ``paused-<step>`` in the data
+    directory and wait until ``resume-<step>`` appears there (or forever: the test kills us)."""
+
+    def __init__(self, directory: Path, steps: str | None) -> None:
+        self._directory = directory
+        self._steps = {s.strip() for s in (steps or "").split(",") if s.strip()}
+
+    def __call__(self, step: str) -> None:
+        if step not in self._steps:
+            return
+        (self._directory / f"paused-{step}").write_text(str(time.time()))
+        resume = self._directory / f"resume-{step}"
+        while not resume.exists():
+            time.sleep(0.05)
+        self._steps.discard(step)
+
+
+@dataclass
+class _Publisher:
+    """A source task: the seeded generator publishing one bucket per wall-clock second."""
+
+    stream: str
+    generator: ConnectionGenerator
+    seconds: int | None
+    location: str
+    stopped: threading.Event
+    published: int = 0
+
+    def run(self) -> None:
+        started = time.time()
+        with StreamClient(self.location) as client:
+            second = 0
+            while self.seconds is None or second < self.seconds:
+                if self.stopped.wait(max(0.0, started + second + 1 - time.time())):
+                    return
+                publish(client, self.stream, self.generator.second(second), BUCKET_SECONDS)
+                second += 1
+                self.published = second
+
+
+def generator_of(params: Mapping[str, Any]) -> ConnectionGenerator:
+    return ConnectionGenerator(
+        seed=int(params.get("seed", 7)),
+        schedule=RateSchedule.constant(float(params.get("rate", NOMINAL_ROWS_PER_SECOND))),
+        scan_rate=float(params.get("scan_rate", 6)),
+    )
+
+
+class SparkParticipantHost:
+    def __init__(
+        self,
+        name: str,
+        client: FedloadClient,
+        data_dir: Path,
+        *,
+        listen: str = "127.0.0.1:0",
+        advertise: str | None = None,
+        spark: Callable[[], SparkSession] | None = None,
+        accept_fragments: frozenset[str] | None = None,
+    ) -> None:
+        self.name = name
+        self._client = client
+        self._data_dir = Path(data_dir)
+        host, port = parse_address(listen)
+        self.server = StreamServer(host, port, advertise)
+        self.runtime = FragmentRuntime(
+            name,
+            spark or (lambda: build_session(app_name=f"fedload-{name}", master="local[2]")),
+            self._data_dir / "checkpoints",
+            server=self.server,
+        )
+        # Release, reinstate and retire requests from other agents are checked here against the
+        # registry, under the lock that also guards the tick's starts and stops.
+        self.server.handler = self
+        self._lock = threading.RLock()
+        self._accept = accept_fragments
+        self._records: dict[str, TaskRecord] = {}
+        self._released: dict[str, int] = {}  # fragment -> the prepared movement it was released for
+        self._receiving: set[str] = set()
+        self._declared: set[str] = set()
+        self._publishers: dict[str, _Publisher] = {}
+        self._endpoints: dict[str, str] = {}
+        self._pause = PausePoints(self._data_dir, os.environ.get(FAULT_PAUSE_ENV))
+        self.errors: list[str] = []
+
+    @property
+    def endpoint(self) -> str:
+        return self.server.location
+
+    # -- Host ------------------------------------------------------------------------------
+    def reconcile(self, tasks: Sequence[TaskRecord]) -> None:
+        self._endpoints = {}  # read partners' endpoints afresh each tick: an agent may restart
+        with self._lock:
+            self._records = {t.name: t for t in tasks}
+            for task in tasks:
+                if task.owner == self.name and task.real:
+                    self._declare(task.output_stream)
+            for task in tasks:
+                if task.host != self.name or not task.real:
+                    continue
+                try:
+                    if task.source:
+                        self._publish(task)
+                    else:
+                        self._ensure_running(task)
+                except Exception as error:  # one fragment's trouble must not stop the others
+                    self._note(f"{task.name}: {type(error).__name__}: {error}")
+            self._drop_moved_away()
+
+    def loads(self, tasks: Sequence[TaskRecord]) -> dict[str, float]:
+        return {t.name: self._measured(t) for t in tasks}
+
+    def close(self) -> None:
+        with self._lock:
+            for publisher in self._publishers.values():
+                publisher.stopped.set()
+            for fragment in list(self._running_fragments()):
+                try:
+                    self.runtime.stop(fragment)
+                except Exception as error:
+                    log.warning("stopping %s: %s", fragment, error)
+            self.runtime.close()
+
+    # -- Mover -----------------------------------------------------------------------------
+    def receive(self, movement: MovementRecord) -> Received:
+        record = self._record(movement.task)
+        if record is None or not record.real:
+            self._client.commit(movement.id, movement.epoch)
+            return Received()
+        if self._accept is not None and record.fragment not in self._accept:
+            self._abort(movement.id)
+            raise PermissionError(f"{self.name} does not run {record.fragment} fragments")
+        spec = self._spec(record)
+        source = self._endpoint(movement.source)
+        if spec is None or source is None:
+            self._abort(movement.id)
+            raise RuntimeError(f"no endpoint known for {movement.source} or {record.owner}")
+        with self._lock:
+            self._receiving.add(record.name)
+        try:
+            moved = relocate(
+                spec,
+                RemoteHost(movement.source, source),
+                self.runtime,
+                coordinator=PreparedMovementCoordinator(self._client, movement),
+                on_step=self._pause,
+            )
+        finally:
+            with self._lock:
+                self._receiving.discard(record.name)
+        return Received(state_bytes=moved.checkpoint_bytes, timings=dict(moved.timings))
+
+    def receive_replica(self, movement: MovementRecord) -> Received:
+        # Replicas hosted by agents are the high-availability issue's; here a replica is the
+        # registry's record, and committing it is the whole move.
+        self._client.commit(movement.id, movement.epoch)
+        return Received()
+
+    # -- HostHandler: what another agent may ask of this one --------------------------------
+    def release_for(self, fragment: str, movement: int) -> PackedCheckpoint:
+        record = MovementRecord.from_read(self._client.movement(movement))
+        if (record.status, record.source, record.task) != ("prepared", self.name, fragment):
+            raise PermissionError(
+                f"movement {movement} does not release {fragment} from {self.name} "
+                f"(it is {record.status}, moving {record.task} from {record.source})"
+            )
+        with self._lock:
+            self._released[fragment] = movement
+            self.runtime.stop(fragment)
+        self._pause("released")
+        return self.runtime.pack(fragment)
+
+    def reinstate(self, fragment: str, epoch: int) -> None:
+        # The target aborted: run it here again once the registry agrees the move is off.
+        with self._lock:
+            self._resolve_release(fragment)
+            record = self._records.get(fragment)
+            if record is not None and fragment not in self._released:
+                self._ensure_running(record)
+
+    def retire(self, fragment: str) -> None:
+        with self._lock:
+            lease = self._client.lease(fragment)
+            if lease["host"] != self.name:
+                self._released.pop(fragment, None)
+                self.runtime.retire(fragment)
+
+    # -- internals -------------------------------------------------------------------------
+    def _note(self, message: str) -> None:
+        log.warning("%s", message)
+        self.errors = [*self.errors[-49:], message]
+
+    def _abort(self, movement_id: int) -> None:
+        try:
+            self._client.abort(movement_id)
+        except ApiError as error:
+            if error.status != 409:
+                raise
+
+    def _record(self, task: str) -> TaskRecord | None:
+        try:
+            return TaskRecord.from_read(self._client.task(task))
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def _endpoint(self, participant: str) -> str | None:
+        if participant == self.name:
+            return self.endpoint
+        if participant not in self._endpoints:
+            try:
+                found = self._client.endpoint(participant)
+            except ApiError:
+                return None
+            if found is None:
+                return None
+            self._endpoints[participant] = found
+        return self._endpoints[participant]
+
+    def _declare(self, stream: str) -> None:
+        if stream not in self._declared:
+            self.server.log.declare(stream, BUCKET_SECONDS)
+            self._declared.add(stream)
+
+    def _publish(self, task: TaskRecord) -> None:
+        if task.name in self._publishers:
+            return
+        seconds = task.params.get("seconds")
+        publisher = _Publisher(
+            task.output_stream,
+            generator_of(task.params),
+            None if seconds is None else int(seconds),
+            self.endpoint,
+            threading.Event(),
+        )
+        self._publishers[task.name] = publisher
+        threading.Thread(target=publisher.run, name=f"source-{task.name}", daemon=True).start()
+
+    def _spec(self, task: TaskRecord) -> FragmentSpec | None:
+        assert task.fragment is not None
+        owner = self._endpoint(task.owner)
+        if owner is None:
+            return None
+        input_kind = next((f for f in task.input_fragments if f), catalogue.GENERATOR)
+        return FragmentSpec(
+            name=task.name,
+            build=catalogue.build(task.fragment, task.params),
+            input_schema=catalogue.input_schema(input_kind),
+            inputs=tuple(StreamRef(owner, f"{name}.out") for name in task.inputs),
+            output=StreamRef(owner, task.output_stream),
+            bucket_seconds=BUCKET_SECONDS,
+            trigger_seconds=0.5,
+            max_buckets_per_batch=20,
+        )
+
+    def _resolve_release(self, fragment: str) -> None:
+        """Forget a release whose movement the registry has decided."""
+        movement = self._released.get(fragment)
+        if movement is None:
+            return
+        status = MovementRecord.from_read(self._client.movement(movement)).status
+        if status != "prepared":
+            del self._released[fragment]
+
+    def _ensure_running(self, task: TaskRecord) -> None:
+        if task.name in self._receiving:
+            return
+        self._resolve_release(task.name)
+        if task.name in self._released:
+            return  # released for a prepared movement: the registry decides where it runs next
+        spec = self._spec(task)
+        if spec is None:
+            return  # the owner's endpoint is not known yet (its agent has not reported)
+        if self.runtime.is_running(task.name):
+            running = self.runtime.running_spec(task.name)
+            if running is not None and running.output == spec.output:
+                return
+            log.info("%s: the owner's endpoint changed; restarting against it", task.name)
+            self.runtime.stop(task.name)
+        failure = self.runtime.failure(task.name)
+        if failure is not None:
+            self._note(f"{task.name} stopped with {failure}; restarting from its checkpoint")
+        self.runtime.start(spec, epoch=task.lease_epoch)
+
+    def _running_fragments(self) -> list[str]:
+        return [f for f in self.runtime.started() if self.runtime.is_running(f)]
+
+    def _drop_moved_away(self) -> None:
+        root = self.runtime.checkpoint_root
+        local = {p.name for p in root.iterdir() if p.is_dir()} if root.exists() else set()
+        local |= set(self.runtime.started())
+        for fragment in local:
+            record = self._records.get(fragment)
+            if record is not None and record.host == self.name:
+                continue
+            if fragment in self._receiving:
+                continue
+            if fragment in self._released:
+                self._resolve_release(fragment)
+                if fragment in self._released:
+                    continue
+            if record is None and not self._gone(fragment):
+                continue
+            log.info("%s is hosted elsewhere now; dropping the local copy", fragment)
+            self.runtime.retire(fragment)
+            shutil.rmtree(root / fragment, ignore_errors=True)
+
+    def _gone(self, fragment: str) -> bool:
+        """A local copy of a task this participant can no longer see: it neither hosts nor owns
+        it, so the copy is stale (the task moved on, or was removed)."""
+        try:
+            lease = self._client.lease(fragment)
+        except ApiError as error:
+            return error.status in (403, 404)
+        return bool(lease["host"] != self.name)
+
+    def _measured(self, task: TaskRecord) -> float:
+        if not self.runtime.is_running(task.name):
+            return task.load
+        progress = self.runtime.query(task.name).recentProgress
+        now = time.time()
+        stamps = [(_epoch_seconds(p["timestamp"]), int(p["numInputRows"])) for p in progress]
+        recent = [(at, rows) for at, rows in stamps if at >= now - LOAD_WINDOW_SECONDS]
+        if not stamps or now - stamps[0][0] < 2.0:
+            return task.load  # too young to say: trust the declaration
+        span = min(LOAD_WINDOW_SECONDS, now - stamps[0][0])
+        rate = sum(rows for _, rows in recent) / span
+        return rate * task.load / NOMINAL_ROWS_PER_SECOND
+
+
+def _epoch_seconds(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def spark_factory(
+    name: str, master: str | None, conf: Mapping[str, str]
+) -> Callable[[], SparkSession]:
+    def build() -> SparkSession:
+        log.info("%s hosts its first fragment: starting Spark (%s)", name, master or "local[2]")
+        return build_session(
+            app_name=f"fedload-{name}",
+            master=master or "local[2]",
+            shuffle_partitions=2,
+            extra=dict(conf),
+        )
+
+    return build
+
+
+def make_host(context: AgentContext) -> tuple[Host, Mover]:
+    """``fedload agent``'s data plane: this module's host, as both ``Host`` and ``Mover``."""
+    options = context.options
+    host = SparkParticipantHost(
+        options.participant,
+        context.client,
+        options.data_dir,
+        listen=options.listen,
+        advertise=options.advertise,
+        spark=spark_factory(options.participant, options.spark_master, options.spark_conf),
+        accept_fragments=options.accept_fragments,
+    )
+    return host, host
