@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Boolean, CheckConstraint, Float, ForeignKey, Integer, String
+from sqlalchemy import JSON, Boolean, CheckConstraint, Float, ForeignKey, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, UTCDateTime, utcnow
@@ -19,6 +20,12 @@ class Task(Base):
     owner_id: Mapped[int] = mapped_column(ForeignKey("participants.id"), index=True)
     host_id: Mapped[int] = mapped_column(ForeignKey("participants.id"), index=True)
     load: Mapped[float] = mapped_column(Float, default=0.0)
+    # What runs: a kind from app.tasks.catalogue with its parameters, reading the output streams
+    # of ``inputs`` ([{"task": name}], tasks of the same owner). No fragment: a declared load
+    # that the market moves and nothing runs.
+    fragment: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict, server_default="{}")
+    inputs: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list, server_default="[]")
     # Which contract the current host runs it under (null while at home) and at what price.
     contract_id: Mapped[int | None] = mapped_column(ForeignKey("contracts.id"), nullable=True)
     price: Mapped[float | None] = mapped_column(Float, nullable=True)

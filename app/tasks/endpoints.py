@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 
-from app.auth.dependencies import AdminPrincipal, CurrentPrincipal, SessionDep
+from app.auth.dependencies import CurrentPrincipal, SessionDep
 from app.movements import repository as movements
 from app.movements.schemas import LeaseRead
 from app.participants import repository as participants
 from app.tasks import repository, service
-from app.tasks.schemas import TaskCreate, TaskPin, TaskRead
+from app.tasks.schemas import TaskCreate, TaskRead, TaskUpdate
 
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
 
 
 @router.post("", response_model=TaskRead, status_code=status.HTTP_201_CREATED)
 def declare(body: TaskCreate, me: CurrentPrincipal, session: SessionDep) -> TaskRead:
-    """Declare a task (query fragment) that you own and, for now, host."""
+    """Declare a task that you own and, for now, host: a declared load, or a fragment of the
+    catalogue (``fragment``, ``params``, ``inputs``: tasks of yours whose output it reads)."""
     return service.to_read(session, [service.declare(session, me, body)])[0]
 
 
@@ -32,11 +33,10 @@ def read_task(name: str, me: CurrentPrincipal, session: SessionDep) -> TaskRead:
 
 
 @router.patch("/{name}", response_model=TaskRead)
-def pin_task(name: str, body: TaskPin, admin: AdminPrincipal, session: SessionDep) -> TaskRead:
-    """Pin or unpin a task (admin only); audited."""
-    return service.to_read(
-        session, [service.set_pinned(session, name, body.pinned, actor=admin.actor)]
-    )[0]
+def update_task(name: str, body: TaskUpdate, me: CurrentPrincipal, session: SessionDep) -> TaskRead:
+    """Change the declared ``load`` (the owner or an admin) and/or ``pinned`` (an admin: the
+    market leaves a pinned task where it is); audited. A task you cannot see is 404."""
+    return service.to_read(session, [service.update(session, me, name, body)])[0]
 
 
 @router.get("/{name}/lease", response_model=LeaseRead)

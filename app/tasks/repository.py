@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
@@ -16,3 +18,13 @@ def visible_to(session: Session, participant_id: int | None) -> list[Task]:
     if participant_id is not None:
         query = query.where(or_(Task.owner_id == participant_id, Task.host_id == participant_id))
     return list(session.scalars(query))
+
+
+def fragments_by_name(session: Session, names: Iterable[str]) -> dict[str, str | None]:
+    """The fragment each named task runs (None: a declared load)."""
+    wanted = list(set(names))
+    if not wanted:
+        return {}
+    return dict(
+        session.execute(select(Task.name, Task.fragment).where(Task.name.in_(wanted))).all()
+    )

@@ -1,10 +1,26 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.participants.schemas import NAME_PATTERN
+
+
+class TaskInput(BaseModel):
+    """One input of a fragment: the output stream of another task of the same owner."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: str = Field(description="The name of the task whose output this one reads.")
+
+
+class TaskInputRead(TaskInput):
+    """An input as the registry returns it: with the fragment its task runs, which says what
+    the stream carries (a host may not be able to read the input task itself)."""
+
+    fragment: str | None = None
 
 
 class TaskCreate(BaseModel):
@@ -12,12 +28,32 @@ class TaskCreate(BaseModel):
 
     name: str = Field(pattern=NAME_PATTERN)
     load: float = Field(ge=0, description="Declared load in load units.")
+    fragment: str | None = Field(
+        default=None,
+        description="A fragment kind of the catalogue (e.g. 'generator', "
+        "'connections_per_source'); absent: a declared load, nothing runs.",
+    )
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="The fragment's parameters; defaults fill the rest."
+    )
+    inputs: list[TaskInput] = Field(
+        default_factory=list, description="Tasks of yours whose output streams it reads."
+    )
 
 
-class TaskPin(BaseModel):
+class TaskUpdate(BaseModel):
+    """A change of declared load (owner or admin) and/or of the pin (admin only)."""
+
     model_config = ConfigDict(extra="forbid")
 
-    pinned: bool
+    load: float | None = Field(default=None, ge=0, description="New declared load.")
+    pinned: bool | None = Field(default=None, description="Admin only: keep it where it is.")
+
+    @model_validator(mode="after")
+    def _something(self) -> TaskUpdate:
+        if self.load is None and self.pinned is None:
+            raise ValueError("send 'load' and/or 'pinned'")
+        return self
 
 
 class TaskRead(BaseModel):
@@ -31,3 +67,6 @@ class TaskRead(BaseModel):
     host_since: datetime
     pinned: bool
     lease_epoch: int
+    fragment: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    inputs: list[TaskInputRead] = Field(default_factory=list)

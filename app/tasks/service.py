@@ -1,21 +1,28 @@
-"""Task use cases: declare, list, pin."""
+"""Task use cases: declare, list, change load, pin."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from sqlalchemy.orm import Session
 
 from app.audit import service as audit
 from app.auth.principal import Principal
-from app.errors import Conflict, InvalidInput, NotFound
+from app.db.base import utcnow
+from app.errors import Conflict, Forbidden, InvalidInput, NotFound
 from app.models import Task
 from app.participants import repository as participants
 from app.tasks import repository
-from app.tasks.schemas import TaskCreate, TaskRead
+from app.tasks.catalogue import FragmentError, Upstream, validate_fragment
+from app.tasks.schemas import TaskCreate, TaskInputRead, TaskRead, TaskUpdate
 
 
 def to_read(session: Session, tasks: list[Task]) -> list[TaskRead]:
     names = participants.names_by_id(
         session, [t.owner_id for t in tasks] + [t.host_id for t in tasks]
+    )
+    kinds = repository.fragments_by_name(
+        session, {str(i["task"]) for t in tasks for i in t.inputs or []}
     )
     return [
         TaskRead(
@@ -29,9 +36,38 @@ def to_read(session: Session, tasks: list[Task]) -> list[TaskRead]:
             host_since=t.host_since,
             pinned=t.pinned,
             lease_epoch=t.lease_epoch,
+            fragment=t.fragment,
+            params=dict(t.params or {}),
+            inputs=[
+                TaskInputRead(task=str(i["task"]), fragment=kinds.get(str(i["task"])))
+                for i in t.inputs or []
+            ],
         )
         for t in tasks
     ]
+
+
+def _checked_fragment(session: Session, data: TaskCreate, owner: Principal) -> dict[str, Any]:
+    """The fragment's parameters with defaults, once kind, parameters and inputs are valid."""
+
+    def upstream(name: str) -> Upstream | None:
+        found = repository.get_by_name(session, name)
+        if found is None:
+            return None
+        owner_name = participants.names_by_id(session, [found.owner_id])[found.owner_id]
+        return Upstream(name=found.name, owner=owner_name, fragment=found.fragment)
+
+    try:
+        return validate_fragment(
+            data.fragment,
+            data.params,
+            [i.model_dump() for i in data.inputs],
+            task=data.name,
+            owner=owner.name,
+            upstream=upstream,
+        )
+    except FragmentError as exc:
+        raise InvalidInput(exc.detail, field=exc.field) from exc
 
 
 def declare(session: Session, principal: Principal, data: TaskCreate) -> Task:
@@ -39,31 +75,83 @@ def declare(session: Session, principal: Principal, data: TaskCreate) -> Task:
         raise InvalidInput("tasks belong to participants; the admin key owns none")
     if repository.get_by_name(session, data.name) is not None:
         raise Conflict(f"a task named {data.name!r} already exists", field="name")
+    params = _checked_fragment(session, data, principal)
     task = Task(
         name=data.name,
         owner_id=principal.participant_id,
         host_id=principal.participant_id,
         load=data.load,
+        fragment=data.fragment,
+        params=params,
+        inputs=[i.model_dump() for i in data.inputs],
     )
     session.add(task)
     session.flush()
+    detail: dict[str, Any] = {"name": task.name, "load": task.load}
+    if task.fragment is not None:
+        detail.update(fragment=task.fragment, params=params, inputs=task.inputs)
     audit.record(
         session,
         actor=principal.actor,
         action="task.created",
         entity_type="task",
         entity_id=task.id,
-        detail={"name": task.name, "load": task.load},
+        detail=detail,
     )
     return task
 
 
+def _sees(principal: Principal, task: Task) -> bool:
+    return principal.is_admin or principal.participant_id in (task.owner_id, task.host_id)
+
+
 def get_visible(session: Session, principal: Principal, name: str) -> Task:
     task = repository.get_by_name(session, name)
-    if task is None or (
-        not principal.is_admin and principal.participant_id not in (task.owner_id, task.host_id)
-    ):
+    if task is None or not _sees(principal, task):
         raise NotFound(f"task {name!r} not found", field="name")
+    return task
+
+
+def update(session: Session, principal: Principal, name: str, data: TaskUpdate) -> Task:
+    """Change a task's declared load (its owner or an admin) and/or pin it (an admin).
+
+    Checked in full before anything changes: a body the caller may only partly apply changes
+    nothing. A task the caller cannot see is 404, as an unknown one.
+    """
+    task = get_visible(session, principal, name)
+    if data.pinned is not None and not principal.is_admin:
+        raise Forbidden("only an admin pins or unpins a task", field="pinned")
+    if data.load is not None and not (
+        principal.is_admin or principal.participant_id == task.owner_id
+    ):
+        raise Forbidden("only the task's owner (or an admin) declares its load", field="load")
+    if data.load is not None:
+        set_load(session, task, data.load, actor=principal.actor)
+    if data.pinned is not None:
+        set_pinned(session, name, data.pinned, actor=principal.actor)
+    return task
+
+
+def set_load(session: Session, task: Task, load: float, *, actor: str) -> Task:
+    """A new declared load (e.g. the task's input rate changed). Payments for the time so far
+    are charged at the old load first, so the change counts from now on."""
+    from app.movements.payments import accrue_task
+
+    if load < 0:
+        raise InvalidInput(f"load must be >= 0, got {load}", field="load")
+    if task.load == load:
+        return task
+    accrue_task(session, task, utcnow())
+    previous, task.load = task.load, load
+    session.flush()
+    audit.record(
+        session,
+        actor=actor,
+        action="task.load_changed",
+        entity_type="task",
+        entity_id=task.id,
+        detail={"name": task.name, "from": previous, "to": load},
+    )
     return task
 
 
