@@ -8,6 +8,7 @@ document change nothing either.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -16,8 +17,9 @@ from app.auth.keys import hash_api_key, new_api_key
 from app.contracts import repository as contracts_repo
 from app.contracts.service import terms_snapshot
 from app.db.base import utcnow
-from app.federation.document import ContractSpec, FederationDoc, contract_term
+from app.federation.document import ContractSpec, FederationDoc, TaskSpec, contract_term
 from app.models import Contract, ContractEvent, ContractStatus, Participant, Task
+from app.movements.payments import accrue_task
 from app.participants import repository as participants_repo
 from app.tasks import repository as tasks_repo
 
@@ -164,6 +166,18 @@ def _history(session: Session, contract: Contract, action: str, actor: str) -> N
     )
 
 
+def _task_fields(spec: TaskSpec, owner: Participant) -> dict[str, Any]:
+    """What a file sets on a task: its owner, declared load and fragment. The host is the
+    market's business once a task exists."""
+    return {
+        "owner_id": owner.id,
+        "load": spec.load,
+        "fragment": spec.fragment,
+        "params": dict(spec.params),
+        "inputs": [{"task": name} for name in spec.inputs],
+    }
+
+
 def _upsert_tasks(
     session: Session,
     doc: FederationDoc,
@@ -173,36 +187,40 @@ def _upsert_tasks(
 ) -> None:
     for spec in doc.tasks:
         owner = by_name[spec.owner]
+        fields = _task_fields(spec, owner)
         current = tasks_repo.get_by_name(session, spec.name)
         if current is None:
-            task = Task(
-                name=spec.name,
-                owner_id=owner.id,
-                host_id=by_name[spec.initial_host].id,
-                load=spec.load,
-            )
+            task = Task(name=spec.name, host_id=by_name[spec.initial_host].id, **fields)
             session.add(task)
             session.flush()
             result.changes.append(f"task {spec.name}: created")
+            detail: dict[str, Any] = {"name": spec.name, "load": spec.load}
+            if spec.fragment is not None:
+                detail.update(fragment=spec.fragment, params=fields["params"], inputs=spec.inputs)
             audit.record(
                 session,
                 actor=actor,
                 action="task.created",
                 entity_type="task",
                 entity_id=task.id,
-                detail={"name": spec.name, "load": spec.load},
+                detail=detail,
             )
             continue
-        # The host is the market's business once a task exists; a file only sets owner and load.
-        if (current.owner_id, current.load) != (owner.id, spec.load):
-            current.owner_id, current.load = owner.id, spec.load
+        changed = {k: v for k, v in fields.items() if getattr(current, k) != v}
+        if changed:
+            if "load" in changed:
+                # Payments up to now are at the old load (as a load change through the API).
+                accrue_task(session, current, utcnow())
+            for key, value in changed.items():
+                setattr(current, key, value)
             session.flush()
-            result.changes.append(f"task {spec.name}: updated")
+            result.changes.append(f"task {spec.name}: updated {sorted(changed)}")
             audit.record(
                 session,
                 actor=actor,
                 action="task.updated",
                 entity_type="task",
                 entity_id=current.id,
-                detail={"load": spec.load},
+                detail={k: v for k, v in changed.items() if k != "owner_id"}
+                | ({"owner": spec.owner} if "owner_id" in changed else {}),
             )

@@ -19,6 +19,7 @@ import jsonschema
 import yaml
 
 from app.market.cost_models import CostModelError, build_cost_model
+from app.tasks.catalogue import FragmentError, Upstream, validate_fragment
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "contracts" / "federation.schema.json"
 # Contracts from a file with no explicit term run for a year from the moment they are applied.
@@ -73,7 +74,11 @@ class TaskSpec:
     owner: str
     load: float
     host: str | None = None
+    # What runs (a kind of app.tasks.catalogue), its parameters with the defaults filled in,
+    # and the names of the tasks whose output it reads. No fragment: a declared load only.
     fragment: str | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+    inputs: tuple[str, ...] = ()
     replicas: int = 0
 
     @property
@@ -277,15 +282,37 @@ def _build(data: dict[str, Any], where: _Locator, source: str) -> FederationDoc:
             )
         )
 
-    tasks: list[TaskSpec] = []
-    task_names: set[str] = set()
-    for i, raw in enumerate(data.get("tasks", [])):
-        if raw["name"] in task_names:
+    raw_tasks: list[dict[str, Any]] = data.get("tasks", [])
+    by_task: dict[str, dict[str, Any]] = {}
+    for i, raw in enumerate(raw_tasks):
+        if raw["name"] in by_task:
             raise where.error(["tasks", i, "name"], f"task {raw['name']!r} is listed twice")
-        task_names.add(raw["name"])
+        by_task[raw["name"]] = raw
         known(raw["owner"], ["tasks", i, "owner"])
         if "host" in raw:
             known(raw["host"], ["tasks", i, "host"])
+    task_names = set(by_task)
+
+    def upstream(name: str) -> Upstream | None:
+        # Inputs name tasks of this document (earlier or later in it).
+        found = by_task.get(name)
+        if found is None:
+            return None
+        return Upstream(name=name, owner=found["owner"], fragment=found.get("fragment"))
+
+    tasks: list[TaskSpec] = []
+    for i, raw in enumerate(raw_tasks):
+        try:
+            params = validate_fragment(
+                raw.get("fragment"),
+                raw.get("params"),
+                raw.get("inputs"),
+                task=raw["name"],
+                owner=raw["owner"],
+                upstream=upstream,
+            )
+        except FragmentError as exc:
+            raise where.error(["tasks", i, *exc.path], exc.detail) from exc
         tasks.append(
             TaskSpec(
                 name=raw["name"],
@@ -293,6 +320,8 @@ def _build(data: dict[str, Any], where: _Locator, source: str) -> FederationDoc:
                 load=float(raw["load"]),
                 host=raw.get("host"),
                 fragment=raw.get("fragment"),
+                params=params,
+                inputs=tuple(str(x["task"]) for x in raw.get("inputs", [])),
                 replicas=int(raw.get("replicas", 0)),
             )
         )
