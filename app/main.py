@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -16,6 +19,7 @@ from app.db.session import session_factory
 from app.errors import DomainError
 from app.movements.endpoints import router as movements_router
 from app.movements.replica_endpoints import router as replicas_router
+from app.movements.sweeper import StaleMovementSweeper
 from app.offers.endpoints import router as offers_router
 from app.participants.endpoints import router as participants_router
 from app.permits.endpoints import router as permits_router
@@ -86,6 +90,21 @@ def _stale(_: Request, exc: Exception) -> JSONResponse:
     )
 
 
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """While the service runs, a background thread aborts prepared movements past their lease."""
+    sweeper = StaleMovementSweeper(
+        app.state.session_factory, app.state.settings.movement_lease_seconds
+    )
+    app.state.movement_sweeper = sweeper
+    sweeper.start()
+    try:
+        yield
+    finally:
+        # Off the event loop: a round in progress may wait on the database for a moment.
+        await asyncio.to_thread(sweeper.stop)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     app = FastAPI(
@@ -94,6 +113,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary=(
             "Federated load management: bilateral, price-bounded contracts between participants."
         ),
+        lifespan=_lifespan,
     )
     app.state.settings = settings
     app.state.session_factory = session_factory(settings.database_url)

@@ -31,6 +31,10 @@ class Settings(BaseSettings):
     # Lease of a reconciliation permit (``/v1/permits``): long beside a reconciliation, so a
     # holder renews rarely, short enough that a crashed holder frees the fragment soon.
     permit_lease_seconds: float = Field(default=10.0, gt=0)
+    # A prepared movement whose target has not committed within this lease is aborted by the
+    # service (the task keeps its old host and may move again). Long beside a move (checkpoint
+    # shipped and restored, seconds), short enough that a crashed target frees the task soon.
+    movement_lease_seconds: float = Field(default=60.0, gt=0)
 
     @model_validator(mode="after")
     def _refuse_default_secrets_outside_development(self) -> Settings:

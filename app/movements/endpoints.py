@@ -30,6 +30,12 @@ def list_movements(me: CurrentPrincipal, session: SessionDep) -> list[MovementRe
     return service.to_read(session, repository.visible_to(session, me.participant_id))
 
 
+@router.get("/{movement_id}", response_model=MovementRead, response_model_by_alias=True)
+def read_movement(movement_id: int, me: CurrentPrincipal, session: SessionDep) -> MovementRead:
+    """One movement: for its source, its target and admins (404 for anyone else)."""
+    return service.to_read(session, [service.get_visible(session, me, movement_id)])[0]
+
+
 @router.post("/{movement_id}/commit", response_model=MovementRead, response_model_by_alias=True)
 def commit(
     movement_id: int, body: MovementCommit, me: CurrentPrincipal, session: SessionDep

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from datetime import datetime
+
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
@@ -20,6 +22,22 @@ def prepared_for_task(session: Session, task_id: int) -> Movement | None:
     return session.scalar(
         select(Movement).where(
             Movement.task_id == task_id, Movement.status == MovementStatus.prepared
+        )
+    )
+
+
+def stale_prepared(session: Session, prepared_before: datetime) -> list[Movement]:
+    """Prepared movements older than ``prepared_before``, locked; rows another transaction
+    holds (a commit in progress) are skipped rather than waited for."""
+    return list(
+        session.scalars(
+            select(Movement)
+            .where(
+                Movement.status == MovementStatus.prepared,
+                Movement.prepared_at < prepared_before,
+            )
+            .order_by(Movement.id)
+            .with_for_update(skip_locked=True)
         )
     )
 

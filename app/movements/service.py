@@ -4,7 +4,8 @@ The registry's ``tasks.host_id`` names exactly one host at every instant: prepar
 nothing about hosting, commit switches the host and raises the task's lease epoch in one
 transaction. The epoch fences the old host, whose writes carry an older epoch and are refused.
 A prepared movement whose commit never comes (a crash in between) is aborted by
-``abort_stale``, leaving the task with its old host.
+``abort_stale`` once its lease (``Settings.movement_lease_seconds``) is over, leaving the task
+with its old host; the service runs it in the background (``app.movements.sweeper``).
 """
 
 from __future__ import annotations
@@ -32,10 +33,6 @@ from app.movements import replicas, repository
 from app.movements.payments import accrue_task
 from app.movements.schemas import MovementRead
 from app.participants import repository as participants
-
-# A prepared movement older than this is presumed dead (its target crashed before resuming).
-PREPARE_TIMEOUT = timedelta(seconds=60)
-
 
 MARKET = (MovementReason.load, MovementReason.move_back)
 
@@ -316,25 +313,29 @@ def abort(
     return movement
 
 
-def abort_stale(session: Session, now: datetime | None = None) -> int:
-    """Abort prepared movements older than the timeout; their tasks keep their old host."""
-    cutoff = (now or utcnow()) - PREPARE_TIMEOUT
-    stale = list(
-        session.scalars(
-            select(Movement).where(
-                Movement.status == MovementStatus.prepared, Movement.prepared_at < cutoff
-            )
-        )
-    )
+def get_visible(session: Session, principal: Principal, movement_id: int) -> Movement:
+    """One movement, for its source, its target and admins; 404 for anyone else."""
+    return _visible(session, principal, movement_id)
+
+
+def abort_stale(session: Session, *, lease_seconds: float, now: datetime | None = None) -> int:
+    """Abort prepared movements older than their lease: the target never committed (it
+    crashed, or lost the source), so each task keeps its old host and may be moved again.
+
+    The rows are locked (and rows another transaction holds are skipped, for the next round),
+    so a commit that lands at the same moment wins or loses whole, never half.
+    """
+    now = now or utcnow()
+    stale = repository.stale_prepared(session, now - timedelta(seconds=lease_seconds))
     for movement in stale:
-        movement.status, movement.finished_at = MovementStatus.aborted, now or utcnow()
+        movement.status, movement.finished_at = MovementStatus.aborted, now
         audit.record(
             session,
             actor="system",
             action="movement.aborted",
             entity_type="movement",
             entity_id=movement.id,
-            detail={"why": "prepare timed out"},
+            detail={"why": "prepare timed out", "lease_seconds": lease_seconds},
         )
     session.flush()
     return len(stale)
