@@ -16,6 +16,7 @@ from app.participants.schemas import (
     Heartbeat,
     ParticipantCreate,
     ParticipantCreated,
+    ParticipantEndpoint,
     ParticipantPublic,
     ParticipantRead,
     ParticipantStatusUpdate,
@@ -74,6 +75,26 @@ def read_participant(
         misses=settings.heartbeat_misses,
     )
     return ParticipantRead.model_validate(participant)
+
+
+@router.get("/{name}/endpoint", response_model=ParticipantEndpoint)
+def read_endpoint(
+    name: str, me: CurrentPrincipal, session: SessionDep, settings: SettingsDep
+) -> ParticipantEndpoint:
+    """Where ``name``'s agent serves its streams, and whether it is alive. For admins, ``name``
+    itself, and participants that work with it: an active contract, a task one owns and the
+    other hosts (or a replica of it), or a movement in flight between them. Anyone else gets
+    404, as for an unknown name."""
+    participant = service.endpoint_of(session, me, name)
+    service.refresh_liveness(
+        session,
+        [participant],
+        interval_seconds=settings.heartbeat_interval_seconds,
+        misses=settings.heartbeat_misses,
+    )
+    return ParticipantEndpoint(
+        name=participant.name, endpoint=participant.endpoint, liveness=participant.liveness
+    )
 
 
 @router.patch("/{name}", response_model=ParticipantRead)

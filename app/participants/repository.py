@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, exists, func, or_, select
 from sqlalchemy.orm import Session
 
-from app.models import Participant, ParticipantSample
+from app.models import (
+    Contract,
+    ContractStatus,
+    Movement,
+    MovementStatus,
+    Participant,
+    ParticipantSample,
+    Replica,
+    Task,
+)
 
 
 def get_by_key_hash(session: Session, key_hash: str) -> Participant | None:
@@ -61,3 +71,62 @@ def recent_samples(
         .limit(limit)
     )
     return list(reversed(list(rows)))
+
+
+# What ties two participants together, each the reason one may look up the other's endpoint.
+
+
+def have_active_contract(session: Session, a: int, b: int, now: datetime) -> bool:
+    return bool(
+        session.scalar(
+            select(
+                exists().where(
+                    or_(
+                        and_(Contract.proposer_id == a, Contract.partner_id == b),
+                        and_(Contract.proposer_id == b, Contract.partner_id == a),
+                    ),
+                    Contract.status == ContractStatus.active,
+                    Contract.ends_at > now,
+                )
+            )
+        )
+    )
+
+
+def host_each_others_tasks(session: Session, a: int, b: int) -> bool:
+    """One hosts a task (its primary or a replica) that the other owns."""
+    primary = exists().where(
+        or_(
+            and_(Task.owner_id == a, Task.host_id == b),
+            and_(Task.owner_id == b, Task.host_id == a),
+        )
+    )
+    replica = (
+        select(Replica.id)
+        .join(Task, Task.id == Replica.task_id)
+        .where(
+            or_(
+                and_(Task.owner_id == a, Replica.participant_id == b),
+                and_(Task.owner_id == b, Replica.participant_id == a),
+            )
+        )
+        .exists()
+    )
+    return bool(session.scalar(select(or_(primary, replica))))
+
+
+def moving_between(session: Session, a: int, b: int) -> bool:
+    """A prepared movement has one as its source and the other as its target."""
+    return bool(
+        session.scalar(
+            select(
+                exists().where(
+                    or_(
+                        and_(Movement.from_id == a, Movement.to_id == b),
+                        and_(Movement.from_id == b, Movement.to_id == a),
+                    ),
+                    Movement.status == MovementStatus.prepared,
+                )
+            )
+        )
+    )

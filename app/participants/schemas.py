@@ -45,6 +45,14 @@ class ParticipantRead(ParticipantPublic):
     created_at: datetime
 
 
+class ParticipantEndpoint(BaseModel):
+    """Where a participant's agent serves its streams (Flight), for those who work with it."""
+
+    name: str
+    endpoint: str | None = Field(description="As its agent last reported, e.g. grpc://host:port")
+    liveness: str
+
+
 class ParticipantCreated(ParticipantRead):
     api_key: str = Field(description="Shown only in this response; store it now.")
 

@@ -8,6 +8,7 @@ from sqlalchemy.orm import Session
 
 from app.audit import service as audit
 from app.auth.keys import hash_api_key, new_api_key
+from app.auth.principal import Principal
 from app.db.base import utcnow
 from app.errors import Conflict, InvalidInput, NotFound
 from app.market.cost_models import CostModelError, build_cost_model
@@ -59,6 +60,31 @@ def get_participant(session: Session, name: str) -> Participant:
     if participant is None:
         raise NotFound(f"participant {name!r} not found", field="name")
     return participant
+
+
+def endpoint_of(session: Session, principal: Principal, name: str) -> Participant:
+    """``name``, for a caller with a reason to reach its agent: an admin, ``name`` itself, a
+    party to an active contract with it, a participant hosting a task it owns or owning a task
+    it hosts (primary or replica), or the other side of a movement in flight with it. Anyone
+    else gets 404, as for an unknown name: who works with whom is private (DESIGN.md,
+    invariant 2)."""
+    participant = repository.get_by_name(session, name)
+    me = principal.participant_id
+    if participant is None or not (
+        principal.is_admin or me == participant.id or _works_with(session, me, participant.id)
+    ):
+        raise NotFound(f"participant {name!r} not found", field="name")
+    return participant
+
+
+def _works_with(session: Session, me: int | None, other: int) -> bool:
+    if me is None:
+        return False
+    return (
+        repository.have_active_contract(session, me, other, utcnow())
+        or repository.host_each_others_tasks(session, me, other)
+        or repository.moving_between(session, me, other)
+    )
 
 
 def set_status(
