@@ -28,7 +28,7 @@ def test_demo_applies_then_second_apply_changes_nothing(db_url: str) -> None:
     assert "contract A-B: created (id 1)" in first.changes
     with unit_of_work(db_url) as session:
         assert session.scalar(select(func.count()).select_from(Participant)) == 4
-        assert session.scalar(select(func.count()).select_from(Task)) == 36
+        assert session.scalar(select(func.count()).select_from(Task)) == 37
         contracts = list(session.scalars(select(Contract)))
         assert len(contracts) == 4
         assert {c.status for c in contracts} == {ContractStatus.active}
@@ -63,6 +63,56 @@ def test_changed_file_updates_only_what_changed(db_url: str) -> None:
         assert audited == 5  # four created, one updated
 
 
+def test_fragments_are_recorded_and_a_changed_fragment_updates_the_task(db_url: str) -> None:
+    text = DEMO.read_text()
+    with unit_of_work(db_url) as session:
+        apply_federation(session, parse_federation(text), actor="file:demo")
+    with unit_of_work(db_url) as session:
+        real = {
+            t.name: (t.fragment, t.params, t.inputs)
+            for t in session.scalars(select(Task).where(Task.fragment.is_not(None)))
+        }
+        assert real == {
+            "A.conns": ("generator", {"seed": 7, "rate": 60.0, "scan_rate": 6.0}, []),
+            "A.q01": (
+                "connections_per_source",
+                {"window_seconds": 10, "threshold": 25},
+                [{"task": "A.conns"}],
+            ),
+            "A.q02": (
+                "distinct_ports_per_source",
+                {"window_seconds": 10, "threshold": 10},
+                [{"task": "A.conns"}],
+            ),
+        }
+        plain = session.scalar(select(Task).where(Task.name == "A.q03"))
+        assert plain is not None and (plain.fragment, plain.params, plain.inputs) == (None, {}, [])
+    changed = text.replace("params: {seed: 7, rate: 60}", "params: {seed: 7, rate: 90}").replace(
+        "    fragment: distinct_ports_per_source\n    inputs: [{task: A.conns}]\n", ""
+    )
+    assert changed.count("fragment:") == 2
+    with unit_of_work(db_url) as session:
+        result = apply_federation(session, parse_federation(changed), actor="file:demo")
+        assert result.changes == [
+            "task A.conns: updated ['params']",
+            "task A.q02: updated ['fragment', 'inputs', 'params']",
+        ]
+        conns = session.scalar(select(Task).where(Task.name == "A.conns"))
+        q02 = session.scalar(select(Task).where(Task.name == "A.q02"))
+        assert conns is not None and conns.params["rate"] == 90.0
+        assert q02 is not None and (q02.fragment, q02.params, q02.inputs) == (None, {}, [])
+        audited = session.scalars(
+            select(AuditEntry.detail).where(
+                AuditEntry.action == "task.updated", AuditEntry.entity_id == conns.id
+            )
+        ).all()
+        assert audited == [{"params": {"seed": 7, "rate": 90.0, "scan_rate": 6.0}}]
+    before = registry_snapshot(db_url)
+    with unit_of_work(db_url) as session:
+        assert apply_federation(session, parse_federation(changed), actor="file:demo").changes == []
+    assert registry_snapshot(db_url) == before
+
+
 BROKEN = [
     ("participants:\n  - {name: A, capacity: 1}\n", 1, "federation", "'federation' is a required"),
     (
@@ -93,6 +143,14 @@ BROKEN = [
         "not convex",
     ),
     ("federation: x\nparticipants: [\n", 3, "(syntax)", "invalid YAML"),
+    (
+        "federation: x\nparticipants:\n  - {name: A, capacity: 5}\ntasks:\n"
+        "  - {name: A.q, owner: A, load: 1, fragment: connections_per_source,\n"
+        "     inputs: [{task: A.q}]}\n",
+        6,
+        "tasks[0].inputs[0].task",
+        "its own output",
+    ),
 ]
 
 
