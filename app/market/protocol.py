@@ -369,20 +369,15 @@ def move_back(
     """
     if not move_back_due(placement, now):
         return None
-    host_res = giver_reservation(host.model, host.load, placement.load, delta)
-    origin_res = taker_reservation(origin.model, origin.load, placement.load, delta)
+    saving = marginal_cost(host.model, host.load, -placement.load)
+    added = marginal_cost(origin.model, origin.load, placement.load)
+    host_res, origin_res = saving - delta, added + delta
     p = placement.price
     if negotiated_price(host_res, origin_res, p, p) is None:
         return None
     if not (origin_res < p < host_res):
         return None  # equal: neither side would gain, and a tie could flip back and forth
-    return MoveBack(
-        task=placement.task,
-        to=placement.came_from,
-        price=p,
-        host_saving=host_res + delta,
-        origin_cost=origin_res - delta,
-    )
+    return MoveBack(placement.task, placement.came_from, p, saving, added)
 
 
 # --- chained moves for live agents -------------------------------------------------------------

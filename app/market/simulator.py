@@ -49,8 +49,8 @@ from typing import Any
 
 from app.availability.placement import PlacementError, ReplicaCandidate, place_replicas
 from app.federation.document import FederationDoc
-from app.market import bpm, copies
-from app.market.allocation import Standing, check_allocation
+from app.market import bpm, copies, protocol
+from app.market.acceptability import Acceptability, Link, Position, judge_allocation
 from app.market.cost_models import CostModel, build_cost_model, marginal_cost
 from app.market.lower_bound import cost_lower_bound
 
@@ -213,9 +213,11 @@ class _Federation:
         self.online = [not (p.joins_at is not None and p.joins_at > 0) for p in doc.participants]
         self.edges: list[list[_Edge]] = [[] for _ in self.names]
         self.contract_pairs: list[tuple[str, str]] = []
+        self.links: list[Link] = []
         for c_id, c in enumerate(doc.contracts):
             a, b = index[c.a], index[c.b]
             self.contract_pairs.append((c.a, c.b))
+            self.links.append(Link(c.a, c.b, c.price_min, c.price_max))
             hosting = c.availability is not None and c.availability.replica_hosting
             for me, other in ((a, b), (b, a)):
                 self.edges[me].append(
@@ -341,23 +343,28 @@ class _Federation:
             self.models[i].cost(self.loads[i]) for i in range(len(self.names)) if self.online[i]
         )
 
-    def verdict_inputs(self) -> list[Standing]:
+    def positions(self) -> list[Position]:
+        """The online participants' standings, for ``acceptability.judge_allocation``."""
         out = []
         for i, name in enumerate(self.names):
             if not self.online[i]:
                 continue
             sizes = [self.tasks[k].load for k in self.hosted[i] if self.tasks[k].load > 0]
             out.append(
-                Standing(
+                Position(
                     name=name,
-                    model=self.models[i],
                     load=self.loads[i],
                     threshold=self.thresholds[i],
-                    price=self.prices[i],
                     smallest_task=min(sizes) if sizes else None,
+                    model=self.models[i],
+                    price=self.prices[i],
                 )
             )
         return out
+
+    def judge(self, *, explain: bool) -> Acceptability:
+        """The one acceptability rule on the current state, over the contract graph."""
+        return judge_allocation(self.positions(), self.links, delta=self.delta, explain=explain)
 
     def pending_timers(self, now: float) -> bool:
         return any(self.tasks[k].locked(now) for hosted in self.hosted for k in hosted)
@@ -437,7 +444,10 @@ class _Federation:
         )
         busy: set[int] = set()
         for i in order:
-            if i in busy or not self.hosted[i]:
+            # Offers are answered within the round, so none is left outstanding and there is no
+            # refusal to back off from; a participant that took part in a move is in flight.
+            gate = protocol.OfferGate(now=now, moves_in_flight=int(i in busy))
+            if not self.hosted[i] or not protocol.may_offer(gate):
                 continue
             involved = self._move_back(i, now) or self._offer(i, now)
             if involved:
@@ -466,18 +476,17 @@ class _Federation:
             if task.copy.task in self.held(o):
                 continue  # never two copies of one task on one participant
             host_load, origin_load = self.loads[i] - removed, self.loads[o] + added
-            if not bpm.move_back_worthwhile(
-                model, host_load, self.models[o], origin_load, size, hop.price, delta
-            ):
+            back = protocol.move_back(
+                protocol.Placement(task.name, size, self.names[o], hop.price, hop.at, hop.min_move),
+                protocol.Side(model, host_load),
+                protocol.Side(self.models[o], origin_load),
+                now=now,
+                delta=delta,
+            )
+            if back is None:
                 continue
             origin = o
-            chosen.append(
-                (
-                    task,
-                    marginal_cost(model, host_load, -size),
-                    marginal_cost(self.models[o], origin_load, size),
-                )
-            )
+            chosen.append((task, back.host_saving, back.origin_cost))
             removed += size
             added += size
         if origin is None:
@@ -572,18 +581,20 @@ class _Federation:
                 and task.copy.task not in held
                 and copies.may_travel(task.copy.is_replica, hosting)
             ]
-            first, last = path[0], path[-1]
+            first = path[0]
             expected = bpm.offer_set(model, load, eligible, first.price_min, delta)
             if not expected:
                 continue
             offer = bpm.offer_list(model, load, eligible, first.price_min, delta)
-            giver_max = bpm.giver_reservation(model, load, expected, first.price_max, delta)
-            taker_min = bpm.taker_reservation(self.models[j], self.loads[j], last.price_min, delta)
+            giver_res = protocol.giver_reservation(model, load, bpm.set_load(expected), delta)
+            # The taker quotes for its first unit: it picks the subset once the price is known,
+            # taking only tasks that keep its marginal cost below the price less the band.
+            taker_res = protocol.taker_reservation(self.models[j], self.loads[j], 0.0, delta)
             if not offered_any:
                 self.offers += 1
                 offered_any = True
-            prices = bpm.leg_prices(
-                giver_max, taker_min, [(e.price_min, e.price_max) for e in path]
+            prices = protocol.chain_prices(
+                giver_res, taker_res, [(e.price_min, e.price_max) for e in path]
             )
             if prices is None:
                 continue
@@ -718,7 +729,7 @@ def simulate(
     ledger: dict[tuple[int, int], float] = {}
     paid_total = 0.0
     rates = fed.payment_rates()
-    verdict = check_allocation(fed.verdict_inputs(), delta=fed.delta)
+    verdict = fed.judge(explain=False)
     snapshot: tuple[dict[str, float], dict[str, float], float] | None = None
     next_event = 0
     step = 0
@@ -745,7 +756,7 @@ def simulate(
             changed = changed or moved > 0
         if changed or snapshot is None:
             rates = fed.payment_rates()
-            verdict = check_allocation(fed.verdict_inputs(), delta=fed.delta)
+            verdict = fed.judge(explain=False)
             snapshot = (
                 {n: fed.loads[i] if fed.online[i] else 0.0 for i, n in enumerate(names)},
                 {
@@ -792,6 +803,7 @@ def simulate(
                 paid_total += amount
             break
 
+    verdict = fed.judge(explain=True)  # the state the last step judged, now with its reasons
     recorded = len(acceptable_series)
     steps_to = None
     if acceptable_series and acceptable_series[-1]:

@@ -1,4 +1,4 @@
-"""The acceptable-allocation check, both cases, with its reasons."""
+"""``check_allocation``, the former simulator check, now a view of the one acceptability rule."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ def test_underloaded_federation_is_acceptable_when_nobody_is_over() -> None:
 def test_underloaded_federation_names_the_participant_over_its_threshold() -> None:
     v = check_allocation([_s("A", 85), _s("B", 75), _s("C", 20)], delta=0.005)
     assert not v.acceptable and v.offenders == ("A",)
-    assert "A carries 85" in v.reasons[0] and "threshold 80" in v.reasons[0]
+    # B at 75 cannot take a 5-unit task below the price less the band; C can.
+    assert v.reasons == ("A is over its threshold (85.0 > 80.0) while C has room",)
 
 
 def test_a_load_just_over_the_threshold_within_one_task_counts_as_at_it() -> None:

@@ -302,3 +302,32 @@ def test_connected_underloaded_federation_priced_at_thresholds_ends_acceptable(
     result = simulate(doc, max_hops=None, record_trace=False)
     assert result.acceptable, result.reasons
     assert not result.overloaded
+
+
+def test_without_contracts_the_demo_is_not_acceptable_and_says_why() -> None:
+    # Nothing can move, but that does not make A at 130% of its threshold acceptable: the one
+    # rule (app.market.acceptability) judges the loads and blames the missing contract paths.
+    doc = dataclasses.replace(load_federation(DEMO), contracts=())
+    result = simulate(doc)
+    assert result.moves == 0 and not result.acceptable and not result.overloaded
+    assert result.steps_to_acceptable is None
+    assert not any(s.acceptable for s in result.trace)
+    assert result.summary()["why_not_acceptable"] == [
+        "A is over its threshold (130.0 > 100.0) and no contract path leads from A to spare "
+        "capacity (C, D)",
+        "B is over its threshold (120.0 > 100.0) and no contract path leads from B to spare "
+        "capacity (C, D)",
+    ]
+
+
+def test_the_simulator_judges_with_the_one_rule_over_its_contract_graph() -> None:
+    from app.market.acceptability import Link, judge_allocation
+    from app.market.simulator import _Federation
+
+    doc = load_federation(DEMO)
+    fed = _Federation(doc, None)
+    mine = fed.judge(explain=True)
+    links = [Link(c.a, c.b, c.price_min, c.price_max) for c in doc.contracts]
+    again = judge_allocation(fed.positions(), links, delta=doc.simulation.hysteresis)
+    assert mine == again
+    assert not mine.acceptable and mine.offenders == ("A",)  # A at 130 before any offer round
