@@ -69,6 +69,7 @@ class AgentOptions:
     advertise: str | None = None
     spark_master: str | None = None
     spark_conf: dict[str, str] = field(default_factory=dict)
+    spark_eager: bool = False
     cost_model: dict[str, Any] | None = None  # None: the one the registry holds for us
     interval: float = 1.0
     offer_interval: float = 7.0
@@ -235,6 +236,9 @@ def agent_command(host_factory: Callable[[], HostFactory]) -> Callable[..., None
         cost_model: str | None = typer.Option(
             None, "--cost-model", help="Private cost model as JSON or @FILE (default: registry's)."
         ),
+        spark_eager: bool = typer.Option(
+            False, "--spark-eager", help="Start Spark at once, not when a fragment first runs."
+        ),
         accept: list[str] = typer.Option(
             [], "--accept", help="Catalogue fragments this participant runs (default: all)."
         ),
@@ -265,6 +269,7 @@ def agent_command(host_factory: Callable[[], HostFactory]) -> Callable[..., None
             advertise=advertise,
             spark_master=spark_master,
             spark_conf=_key_values(spark_conf),
+            spark_eager=spark_eager,
             cost_model=model,
             interval=interval,
             offer_interval=offer_interval,

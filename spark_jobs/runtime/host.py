@@ -14,6 +14,7 @@ import json
 import logging
 import shutil
 import tarfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -187,6 +188,7 @@ class FragmentRuntime:
         ``server`` is the host's Flight endpoint (default: a new one on loopback)."""
         self.name = name
         self._spark: SparkSession | None = None
+        self._spark_lock = threading.Lock()
         self._spark_factory: Callable[[], SparkSession] | None = None
         if isinstance(spark, SparkSession):
             self._spark = spark
@@ -211,11 +213,13 @@ class FragmentRuntime:
 
     @property
     def spark(self) -> SparkSession:
-        if self._spark is None:
-            assert self._spark_factory is not None
-            self._spark = self._spark_factory()
-            self._attach(self._spark)
-        return self._spark
+        with self._spark_lock:  # a warm-up thread and the first start may ask at once
+            if self._spark is None:
+                assert self._spark_factory is not None
+                spark = self._spark_factory()
+                self._attach(spark)
+                self._spark = spark
+            return self._spark
 
     @property
     def has_spark(self) -> bool:

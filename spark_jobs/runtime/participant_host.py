@@ -154,6 +154,13 @@ class SparkParticipantHost:
     def endpoint(self) -> str:
         return self.server.location
 
+    def warm(self) -> threading.Thread:
+        """Start Spark now, in the background, instead of at the first fragment: a move into a
+        cold agent would otherwise wait for a JVM (10-20 s here) before the first batch."""
+        thread = threading.Thread(target=lambda: self.runtime.spark, name="spark-warm", daemon=True)
+        thread.start()
+        return thread
+
     # -- Host ------------------------------------------------------------------------------
     def reconcile(self, tasks: Sequence[TaskRecord]) -> None:
         self._endpoints = {}  # read partners' endpoints afresh each tick: an agent may restart
@@ -247,8 +254,7 @@ class SparkParticipantHost:
 
     def retire(self, fragment: str) -> None:
         with self._lock:
-            lease = self._client.lease(fragment)
-            if lease["host"] != self.name:
+            if self._gone(fragment):
                 self._released.pop(fragment, None)
                 self.runtime.retire(fragment)
 
@@ -388,12 +394,12 @@ class SparkParticipantHost:
         progress = self.runtime.query(task.name).recentProgress
         now = time.time()
         stamps = [(_epoch_seconds(p["timestamp"]), int(p["numInputRows"])) for p in progress]
-        recent = [(at, rows) for at, rows in stamps if at >= now - LOAD_WINDOW_SECONDS]
-        if not stamps or now - stamps[0][0] < 2.0:
-            return task.load  # too young to say: trust the declaration
-        span = min(LOAD_WINDOW_SECONDS, now - stamps[0][0])
-        rate = sum(rows for _, rows in recent) / span
-        return rate * task.load / NOMINAL_ROWS_PER_SECOND
+        # A query younger than the window is catching up on what queued while it started (a
+        # backlog of seconds read in a few batches): that burst is no steady load to trade on.
+        if not stamps or now - stamps[0][0] < LOAD_WINDOW_SECONDS:
+            return task.load
+        rows = sum(rows for at, rows in stamps if at >= now - LOAD_WINDOW_SECONDS)
+        return rows / LOAD_WINDOW_SECONDS * task.load / NOMINAL_ROWS_PER_SECOND
 
 
 def _epoch_seconds(stamp: str) -> float:
@@ -427,4 +433,6 @@ def make_host(context: AgentContext) -> tuple[Host, Mover]:
         spark=spark_factory(options.participant, options.spark_master, options.spark_conf),
         accept_fragments=options.accept_fragments,
     )
+    if options.spark_eager:
+        host.warm()
     return host, host

@@ -1,0 +1,252 @@
+"""A federation of real processes: ``fedload serve`` and one ``fedload agent`` per participant.
+
+The demo, the crash tests and the move benchmark compose the product's own commands here; none
+re-implements a participant. The registry is migrated and the federation file applied from this
+process (that is how the participants' API keys are learnt, as an admin would); everything after
+that goes through the service's REST API and the agents' endpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+
+from app.db.migrate import upgrade
+from app.db.session import get_engine, unit_of_work
+from app.federation.apply import apply_federation
+from app.federation.document import FederationDoc
+from app.participant.client import FedloadClient
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def _python_env(extra: Mapping[str, str]) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Managed:
+    """One child process of the federation, restartable with the same arguments."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    _log: IO[bytes] | None = None
+
+    def start(self) -> Managed:
+        self._log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            self.argv, env=self.env, stdout=self._log, stderr=subprocess.STDOUT
+        )
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no clean-up, as a crashed machine."""
+        if self.alive():
+            assert self.process is not None
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
+        self._close_log()
+
+    def terminate(self, timeout: float = 30.0) -> int | None:
+        """SIGTERM, then wait for a clean exit (SIGKILL after ``timeout``)."""
+        if self.process is None:
+            return None
+        if self.alive():
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._close_log()
+        return self.process.returncode
+
+    def restart(self) -> Managed:
+        self.kill()
+        return self.start()
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+@dataclass
+class AgentSettings:
+    interval: float = 1.0
+    offer_interval: float = 7.0
+    hysteresis: float = 0.01
+    spark_eager: bool = False
+    extra_args: tuple[str, ...] = ()
+
+
+@dataclass
+class ProcessFederation:
+    """Start with ``start()``; ``close()`` (or the context manager) stops every process."""
+
+    doc: FederationDoc
+    work: Path
+    database_url: str | None = None
+    lease_seconds: float = 60.0
+    heartbeat_interval: float = 1.0
+    admin_key: str = "federation-admin-key"
+    agent_settings: AgentSettings = field(default_factory=AgentSettings)
+    keys: dict[str, str] = field(default_factory=dict)
+    agents: dict[str, Managed] = field(default_factory=dict)
+    service: Managed | None = None
+    url: str = ""
+    _ports: dict[str, int] = field(default_factory=dict)
+
+    def __enter__(self) -> ProcessFederation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def registry_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.work / 'registry.db'}"
+
+    def start(self) -> ProcessFederation:
+        self.work.mkdir(parents=True, exist_ok=True)
+        upgrade(self.registry_url)
+        with unit_of_work(self.registry_url) as session:
+            self.keys = apply_federation(
+                session, self.doc, actor=f"file:{self.doc.source}"
+            ).new_keys
+        get_engine(self.registry_url).dispose()
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.service = Managed(
+            "service",
+            [sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            _python_env(
+                {
+                    "DATABASE_URL": self.registry_url,
+                    "FEDLOAD_ADMIN_KEY": self.admin_key,
+                    "FEDLOAD_ENVIRONMENT": "development",
+                    "FEDLOAD_MOVEMENT_LEASE_SECONDS": str(self.lease_seconds),
+                    "FEDLOAD_HEARTBEAT_INTERVAL_SECONDS": str(self.heartbeat_interval),
+                }
+            ),
+            self.work / "service.log",
+        ).start()
+        self.wait_for_service()
+        return self
+
+    def wait_for_service(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.service is not None
+            if not self.service.alive():
+                raise RuntimeError(f"fedload serve exited:\n{self.service.tail()}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"fedload serve did not answer within {timeout} s")
+
+    def admin(self) -> FedloadClient:
+        return FedloadClient(self.url, self.admin_key)
+
+    def client(self, participant: str) -> FedloadClient:
+        return FedloadClient(self.url, self.keys[participant])
+
+    def start_agent(self, name: str, *, env: Mapping[str, str] | None = None) -> Managed:
+        """Start (or start again, on the same endpoint and data directory) ``name``'s agent."""
+        settings = self.agent_settings
+        port = self._ports.setdefault(name, free_port())
+        data = self.work / "agents" / name
+        data.mkdir(parents=True, exist_ok=True)
+        argv = [
+            sys.executable,
+            "-m",
+            "app",
+            "agent",
+            "--participant",
+            name,
+            "--api",
+            self.url,
+            "--key",
+            self.keys[name],
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--data-dir",
+            str(data),
+            "--interval",
+            str(settings.interval),
+            "--offer-interval",
+            str(settings.offer_interval),
+            "--hysteresis",
+            str(settings.hysteresis),
+            *(["--spark-eager"] if settings.spark_eager else []),
+            *settings.extra_args,
+        ]
+        previous = self.agents.get(name)
+        if previous is not None:
+            previous.kill()
+        agent = Managed(name, argv, _python_env(dict(env or {})), data / "agent.log")
+        self.agents[name] = agent.start()
+        return agent
+
+    def data_dir(self, name: str) -> Path:
+        return self.work / "agents" / name
+
+    def moves(self) -> Iterator[dict[str, Any]]:
+        """Every move an agent recorded (taker's view: state bytes, phase timings)."""
+        for name in sorted(self.agents):
+            events = self.data_dir(name) / "events.jsonl"
+            if events.exists():
+                for line in events.read_text().splitlines():
+                    if line.strip():
+                        yield json.loads(line)
+
+    def processes(self) -> dict[str, int]:
+        found = {name: agent.pid for name, agent in self.agents.items() if agent.process}
+        if self.service is not None and self.service.process is not None:
+            found["service"] = self.service.pid
+        return found
+
+    def close(self, agents: Sequence[str] | None = None) -> None:
+        for name in agents or list(self.agents):
+            self.agents[name].terminate()
+        if agents is None and self.service is not None:
+            self.service.terminate()

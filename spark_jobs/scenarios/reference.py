@@ -1,0 +1,128 @@
+"""What a fragment's output must be: the same catalogue fragment run once, here, without moves.
+
+A live fragment's output log (kept by its owner's agent) is compared with a reference run over
+the same seeded input. A live run may still be going, so both are cut at a window end the live
+output has passed: every window ending there or before is final on both sides (a window is
+emitted whole, once the watermark passes its end), and anything lost or written twice before it
+shows up as a difference.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+from spark_jobs.fragments import catalogue
+from spark_jobs.runtime.host import FragmentRuntime, FragmentSpec, StreamRef
+from spark_jobs.runtime.participant_host import BUCKET_SECONDS, generator_of
+from spark_jobs.runtime.transport import StreamClient, StreamServer, publish
+
+Row = tuple[Any, ...]
+
+
+def rows_of(table: pa.Table) -> list[Row]:
+    """A log's rows as sorted tuples: equal lists mean nothing lost and nothing duplicated."""
+    return sorted(tuple(r.values()) for r in table.to_pylist())
+
+
+def live_rows(location: str, stream: str) -> list[Row]:
+    with StreamClient(location) as client:
+        return rows_of(client.read_table(stream))
+
+
+def reference_rows(
+    spark: SparkSession,
+    fragment: str,
+    params: Mapping[str, Any],
+    generator_params: Mapping[str, Any],
+    seconds: int,
+) -> list[Row]:
+    """``fragment`` run alone over the generator's first ``seconds`` seconds."""
+    server = StreamServer()
+    with tempfile.TemporaryDirectory(prefix="fedload-reference-") as work:
+        runtime = FragmentRuntime("reference", spark, Path(work), server=server)
+        try:
+            with StreamClient(server.location) as client:
+                client.declare("input", BUCKET_SECONDS)
+                client.declare("output", BUCKET_SECONDS)
+                generator = generator_of(generator_params)
+                publish(client, "input", generator.seconds(0, seconds), BUCKET_SECONDS)
+            spec = FragmentSpec(
+                name="reference",
+                build=catalogue.build(fragment, params),
+                input_schema=catalogue.input_schema(catalogue.GENERATOR),
+                inputs=(StreamRef(server.location, "input"),),
+                output=StreamRef(server.location, "output"),
+                bucket_seconds=BUCKET_SECONDS,
+                trigger_seconds=0.1,
+                max_buckets_per_batch=1000,
+            )
+            runtime.start(spec, epoch=0).processAllAvailable()
+            runtime.stop("reference")
+            return rows_of(server.log.table("output"))
+        finally:
+            runtime.close()
+
+
+@dataclass(frozen=True)
+class Comparison:
+    matches: bool
+    cutoff: Any
+    rows: int
+    expected_rows: int
+    missing: int
+    unexpected: int
+    missing_examples: list[list[str]]
+    unexpected_examples: list[list[str]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "cutoff": str(self.cutoff)}
+
+
+def compare(live: list[Row], reference: list[Row], cutoff: Any) -> Comparison:
+    """Rows whose first column (``stime``, the window end) is at or before ``cutoff``."""
+    got = [r for r in live if r[0] <= cutoff]
+    expected = [r for r in reference if r[0] <= cutoff]
+    missing = Counter(expected) - Counter(got)
+    unexpected = Counter(got) - Counter(expected)
+    return Comparison(
+        matches=bool(expected) and not missing and not unexpected,
+        cutoff=cutoff,
+        rows=len(got),
+        expected_rows=len(expected),
+        missing=sum(missing.values()),
+        unexpected=sum(unexpected.values()),
+        missing_examples=[list(map(str, r)) for r in sorted(missing)[:5]],
+        unexpected_examples=[list(map(str, r)) for r in sorted(unexpected)[:5]],
+    )
+
+
+def check_fragment(
+    spark: SparkSession,
+    location: str,
+    task: Mapping[str, Any],
+    generator_params: Mapping[str, Any],
+) -> Comparison:
+    """Compare task's live output (at its owner's ``location``) with a reference run, up to the
+    last window end the live output has passed (the newest window end may still be filling)."""
+    live = live_rows(location, f"{task['name']}.out")
+    params = task.get("params") or {}
+    defaults = catalogue.PARAMETERS[task["fragment"]]
+    window = int(params.get("window_seconds", defaults.get("window_seconds", 10)))
+    if not live:
+        return Comparison(False, None, 0, 0, 0, 0, [], [])
+    ends = sorted({r[0] for r in live})
+    cutoff = ends[-2] if len(ends) > 1 else ends[-1]
+    epoch = generator_of(generator_params).epoch
+    aware = cutoff if cutoff.tzinfo is not None else cutoff.replace(tzinfo=UTC)
+    seconds = int((aware - epoch).total_seconds()) + 2 * window + 2
+    reference = reference_rows(spark, task["fragment"], params, generator_params, seconds)
+    return compare(live, reference, cutoff)
