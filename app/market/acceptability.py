@@ -85,6 +85,10 @@ class Link:
     price_max: float = math.inf
 
 
+# A contract for the graph: a Link, (a, b, price_min, price_max), or (a, b) for reachability only.
+Contract = Link | tuple[str, str] | tuple[str, str, float, float]
+
+
 @dataclass(frozen=True)
 class Acceptability:
     acceptable: bool
@@ -146,7 +150,7 @@ def has_room(
 
 def judge_allocation(
     positions: Sequence[Position],
-    contracts: Iterable[Link | tuple[str, str]] | None = None,
+    contracts: Iterable[Contract] | None = None,
     *,
     delta: float = 0.0,
     tolerance: float = 0.0,
@@ -154,13 +158,33 @@ def judge_allocation(
 ) -> Acceptability:
     """The verdict on an allocation, and, when it is not acceptable, why not.
 
-    ``positions``: the participants taking part (online ones), in the order reasons list them.
-    ``contracts``: the contract graph between them (``Link`` with price ranges, or name pairs
-    for reachability only); None when unknown, then explanations only name who has room.
-    Contracts naming a participant not in ``positions`` are ignored. ``delta``: the hysteresis
-    band; ``tolerance``: relative slack for measured loads (``MEASURED_TOLERANCE``); exact
-    loads use 0. ``explain=False`` skips the reasons (the verdict is the same; simulations judge
-    every step and explain only the end).
+    ``judge_allocation(positions, contracts=None, *, delta=0.0, tolerance=0.0, explain=True)
+    -> Acceptability(acceptable, overloaded, total_load, total_threshold, offenders, reasons)``
+
+    - ``positions``: one ``Position`` per participant taking part (the online ones), in the
+      order the reasons list them: name, load, threshold, and where known its smallest hosted
+      task, cost model and threshold price (default: the model's derivative at the threshold).
+    - ``contracts``: the contract graph between them: ``Link(a, b, price_min, price_max)``,
+      ``(a, b, price_min, price_max)`` tuples, or ``(a, b)`` pairs for reachability only.
+      Contracts naming a participant not in ``positions`` are ignored. None when unknown: the
+      explanation then only names who has room.
+    - ``delta``: the hysteresis band of the mechanism (the federation's ``hysteresis``).
+    - ``tolerance``: relative slack for measured loads (``MEASURED_TOLERANCE``); exact loads 0.
+    - ``explain=False`` skips the reasons; the verdict is the same (simulations judge every step
+      and explain only the end).
+
+    The live demo, on its agents' measured loads::
+
+        judge_allocation(
+            [
+                Position(name, sum(tasks.values()), thresholds[name],
+                         smallest_task=min(tasks.values(), default=None), model=model)
+                for name, tasks in hosted.items()
+            ],
+            [Link(c.a, c.b, c.price_min, c.price_max) for c in doc.contracts],
+            delta=hysteresis,
+            tolerance=MEASURED_TOLERANCE,
+        )
     """
     total_load = math.fsum(p.load for p in positions)
     total_threshold = math.fsum(p.threshold for p in positions)
@@ -197,6 +221,14 @@ def judge_allocation(
 # --- explanations ------------------------------------------------------------------------------
 
 
+def _edge(c: Contract) -> tuple[str, str, float, float]:
+    if isinstance(c, Link):
+        return c.a, c.b, c.price_min, c.price_max
+    if len(c) == 4:
+        return c
+    return c[0], c[1], 0.0, math.inf
+
+
 def _names(names: Sequence[str], limit: int = 8) -> str:
     if len(names) <= limit:
         return ", ".join(names)
@@ -213,7 +245,7 @@ class _Explainer:
     def __init__(
         self,
         positions: Sequence[Position],
-        contracts: Iterable[Link | tuple[str, str]] | None,
+        contracts: Iterable[Contract] | None,
         delta: float,
         tolerance: float,
         total_load: float,
@@ -223,14 +255,17 @@ class _Explainer:
         self.by_name = {p.name: p for p in self.positions}
         self.delta, self.tolerance = delta, tolerance
         self.total_load, self.total_threshold = total_load, total_threshold
-        self.graph: dict[str, list[Link]] | None = None
+        self._components: dict[str, int] | None = None
+        self._spare_by_size: dict[float | None, list[Position]] = {}
+        # Adjacency: participant -> (partner, price_min, price_max), both directions.
+        self.graph: dict[str, list[tuple[str, float, float]]] | None = None
         if contracts is not None:
             self.graph = {p.name: [] for p in self.positions}
             for c in contracts:
-                link = c if isinstance(c, Link) else Link(c[0], c[1])
-                if link.a in self.graph and link.b in self.graph and link.a != link.b:
-                    self.graph[link.a].append(link)
-                    self.graph[link.b].append(Link(link.b, link.a, link.price_min, link.price_max))
+                a, b, lo, hi = _edge(c)
+                if a in self.graph and b in self.graph and a != b:
+                    self.graph[a].append((b, lo, hi))
+                    self.graph[b].append((a, lo, hi))
 
     # Reservations for the explanation: per unit, for one task of ``size``.
 
@@ -246,27 +281,40 @@ class _Explainer:
             return p.take_reservation
         if p.model is None:
             return -math.inf
-        return marginal_cost(p.model, p.load, size or 0.0) + self.delta
+        # As the taker accepts (DESIGN.md, "j accepts the subset that keeps its MC below p"):
+        # its marginal cost after taking the task, plus the band.
+        return p.model.derivative(p.load + (size or 0.0)) + self.delta
 
-    def _reachable(self, start: str) -> set[str]:
+    def _component(self, name: str) -> int:
+        """The connected component of the contract graph ``name`` belongs to (found once)."""
         assert self.graph is not None
-        seen, queue = {start}, deque([start])
-        while queue:
-            at = queue.popleft()
-            for link in self.graph[at]:
-                if link.b not in seen:
-                    seen.add(link.b)
-                    queue.append(link.b)
-        return seen
+        if self._components is None:
+            self._components = {}
+            for root in self.graph:
+                if root in self._components:
+                    continue
+                mark = len(self._components)
+                self._components[root] = mark
+                queue = deque([root])
+                while queue:
+                    at = queue.popleft()
+                    for partner, _, _ in self.graph[at]:
+                        if partner not in self._components:
+                            self._components[partner] = mark
+                            queue.append(partner)
+        return self._components[name]
 
-    def _ceilings(self, start: str, budget: float) -> dict[str, float]:
+    def _ceilings(
+        self, start: str, budget: float, needs: Mapping[str, float] | None = None
+    ) -> tuple[dict[str, float], bool]:
         """The highest price a chain from ``start`` can still pay at each participant.
 
         Leg prices never rise along a chain (a relay is paid at least what it pays on) and each
         lies in its contract's range, so a chain is feasible when every leg's floor is at most
         the lowest ceiling before it (starting from the giver's ``budget``); the best ceiling
         at each participant, by a widest-path search, decides whether a taker's reservation
-        can be met there.
+        can be met there. With ``needs`` (taker -> reservation) the search stops at the first
+        taker whose reservation is met, and says so.
         """
         assert self.graph is not None
         best: dict[str, float] = {start: budget}
@@ -274,27 +322,29 @@ class _Explainer:
         while heap:
             neg, at = heapq.heappop(heap)
             ceiling = -neg
-            if ceiling < best.get(at, -math.inf):
+            if ceiling < best[at]:
                 continue
-            for link in self.graph[at]:
-                if link.price_min > ceiling or link.price_min > link.price_max:
+            if needs is not None and at in needs and ceiling >= needs[at]:
+                return best, True  # popped in falling ceiling order: this one is final
+            for partner, lo, hi in self.graph[at]:
+                if lo > ceiling or lo > hi:
                     continue
-                room = min(ceiling, link.price_max)
-                if room > best.get(link.b, -math.inf):
-                    best[link.b] = room
-                    heapq.heappush(heap, (-room, link.b))
-        return best
+                room = min(ceiling, hi)
+                if room > best.get(partner, -math.inf):
+                    best[partner] = room
+                    heapq.heappush(heap, (-room, partner))
+        return best, False
 
     def _blocked(self, giver: Position, takers: Sequence[Position], size: float | None) -> str:
         """Why load does not flow from ``giver`` to any of ``takers``; "" when it could."""
         shed = self._shed(giver, size)
-        free = self._ceilings(giver.name, math.inf)
-        afford = self._ceilings(giver.name, shed) if math.isfinite(shed) else free
+        needs = {t.name: self._take(t, size) for t in takers if t.name != giver.name}
+        if self._ceilings(giver.name, shed, needs)[1]:
+            return ""
+        free, _ = self._ceilings(giver.name, math.inf)
         rising, too_low, too_dear = [], [], []
         for t in takers:
-            need = self._take(t, size)
-            if t.name in afford and afford[t.name] >= need:
-                return ""
+            need = needs[t.name]
             if t.name not in free:
                 rising.append(t.name)
             elif free[t.name] < need:
@@ -316,29 +366,35 @@ class _Explainer:
             parts.append(f"prices rise along every path to {_names(rising)}")
         return "; ".join(parts)
 
+    def _spare(self, size: float | None) -> list[Position]:
+        """Everyone with room for a task of ``size`` (cached per size)."""
+        if size not in self._spare_by_size:
+            self._spare_by_size[size] = [
+                q
+                for q in self.positions
+                if has_room(q, size, delta=self.delta, tolerance=self.tolerance)
+            ]
+        return self._spare_by_size[size]
+
     def over(self, p: Position) -> str:
         head = f"{p.name} is over its threshold ({p.load:.1f} > {p.threshold:.1f})"
         size = p.smallest_task
-        spare = [
-            q
-            for q in self.positions
-            if q.name != p.name and has_room(q, size, delta=self.delta, tolerance=self.tolerance)
-        ]
+        spare = [q for q in self._spare(size) if q.name != p.name]
         if not spare:
             return f"{head} and nobody has room for its smallest task"
         names = [q.name for q in spare]
         verb = "has" if len(names) == 1 else "have"
         if self.graph is None:
             return f"{head} while {_names(names)} {verb} room"
-        reach = self._reachable(p.name)
-        linked = [q for q in spare if q.name in reach]
+        mine = self._component(p.name)
+        linked = [q for q in spare if self._component(q.name) == mine]
         if not linked:
             return (
                 f"{head} and no contract path leads from {p.name} to spare capacity "
                 f"({_names(names)})"
             )
         blocked = self._blocked(p, linked, size)
-        cut = [q.name for q in spare if q.name not in reach]
+        cut = [q.name for q in spare if self._component(q.name) != mine]
         tail = f"; no contract path leads to {_names(cut)}" if cut else ""
         if not blocked:
             return (
@@ -364,17 +420,22 @@ class _Explainer:
         ]
         if not givers:
             return head
-        reach = self._reachable(p.name)
-        linked = [q for q in givers if q.name in reach]
+        mine = self._component(p.name)
+        linked = [q for q in givers if self._component(q.name) == mine]
         if not linked:
             return (
                 f"{head} and no contract path leads to {p.name} from a participant over its "
                 f"threshold ({_names([q.name for q in givers])})"
             )
-        causes = [self._blocked(q, [p], q.smallest_task) for q in linked]
-        if any(not c for c in causes):
-            return f"{head}: the market has not moved load to it yet"
-        return f"{head}; from {_names([q.name for q in linked])}: " + "; ".join(causes)
+        causes = []
+        for q in linked[:MAX_EXPLAINED]:
+            cause = self._blocked(q, [p], q.smallest_task)
+            if not cause:
+                return f"{head}: {q.name} could shed load to it, the market has not moved it yet"
+            causes.append(f"from {q.name}: {cause}")
+        if len(linked) > MAX_EXPLAINED:
+            causes.append(f"{len(linked) - MAX_EXPLAINED} more over their thresholds not examined")
+        return f"{head}; " + "; ".join(causes)
 
 
 def positions_from(

@@ -11,8 +11,11 @@ Model (stated here once; both implementations follow it to the float operation):
   the Borealis M/M/1 cost D(L) = s L / (C - L), infinite at L >= C. The cost of the L-th unit is
   u(L) = D(L) - D(L-1) = s C / ((C - L)(C - L + 1)), increasing in L.
 - A contract (i, j) has a price range [p_min, p_max] per unit load per unit time. Its price in a
-  round is negotiated as the midpoint of the two sides' reservation prices for one unit, i.e. the
-  giver's saving u_i(n_i) and the taker's cost u_j(n_j + 1), clipped to the range.
+  round is the protocol's negotiated price (``app.market.protocol.negotiated_prices``) of the two
+  sides' reservation prices for one unit: the giver pays at most its saving less the band,
+  u_i(n_i) - delta, the taker takes no less than its cost plus the band, u_j(n_j + 1) + delta;
+  the price is the midpoint of their overlap with the range, and there is no offer on the
+  contract when they leave no price in it.
 - Giver i on contract (i, j) at price p offers every unit whose removal saves more than p + delta
   (delta is the hysteresis band): it keeps K_i(p + delta) units, the largest L with u_i(L) <= q,
   which solves (C - L)(C - L + 1) >= s C / q in closed form. Taker j accepts while each added unit
@@ -28,8 +31,14 @@ Model (stated here once; both implementations follow it to the float operation):
   compute acceptance with window functions. (5) Loads move; the next round starts.
 - Threshold T_i: the largest integer load whose unit cost is at most p*_i + delta, where p*_i is
   the mean midpoint of i's contracts (a participant without contracts: the largest load below its
-  capacity). Acceptable (DESIGN.md): every participant at or below T_i when the total load fits
-  under the total of thresholds, otherwise every participant at or above it.
+  capacity). Acceptable: the one rule of ``app.market.acceptability`` with unit tasks, which on
+  integer loads is every participant at or below T_i when the total load fits under the total
+  of thresholds, otherwise every participant at or above it (``is_acceptable`` counts, and
+  ``judge_state`` explains an unacceptable state over the contract graph).
+- Move-back: units carry no provenance here, so a unit going back to where it came from is an
+  ordinary offer in the other direction of the same contract, priced and accepted by the same
+  rule; it happens only when cheaper for both, and never right after the forward move under the
+  same loads (the protocol's no-oscillation property). The model has no minimum move duration.
 - Individual rationality holds per unit: a giver pays p only for units saving more than p + delta,
   a taker is paid p only for units costing less than p - delta.
 
@@ -43,6 +52,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
+
+from app.market import protocol
+from app.market.acceptability import Acceptability, Position, acceptable_from_counts
+from app.market.acceptability import judge_allocation as _judge
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -178,9 +191,58 @@ def thresholds(fed: LargeFederation) -> IntArray:
 
 
 def is_acceptable(load: IntArray, threshold: IntArray) -> bool:
-    if load.sum() <= threshold.sum():
-        return bool(np.all(load <= threshold))
-    return bool(np.all(load >= threshold))
+    """The acceptability rule counted in bulk: unit tasks, integer loads and thresholds."""
+    return acceptable_from_counts(
+        overloaded=bool(load.sum() > threshold.sum()),
+        over=int((load > threshold).sum()),
+        with_room=int((load < threshold).sum()),
+    )
+
+
+def participant_names(size: int) -> list[str]:
+    """P0, P1, ... zero-padded to one width, as the what-if summary names participants."""
+    width = len(str(size - 1))
+    return [f"P{i:0{width}d}" for i in range(size)]
+
+
+def judge_state(
+    fed: LargeFederation,
+    load: IntArray,
+    threshold: IntArray,
+    *,
+    names: list[str] | None = None,
+    explain: bool = True,
+) -> Acceptability:
+    """``acceptability.judge_allocation`` on one state, with the contract graph and each side's
+    one-unit reservations (those that price the rounds), so that an unacceptable state says why.
+    """
+    names = names or participant_names(fed.size)
+    level = load.astype(np.float64)
+    shed = unit_cost(fed.capacity, fed.scale, level) - fed.hysteresis
+    take = unit_cost(fed.capacity, fed.scale, level + 1.0) + fed.hysteresis
+    positions = [
+        Position(
+            names[i],
+            float(load[i]),
+            float(threshold[i]),
+            smallest_task=1.0,
+            shed_reservation=float(shed[i]),
+            take_reservation=float(take[i]),
+        )
+        for i in range(fed.size)
+    ]
+    contracts = (
+        zip(
+            [names[i] for i in fed.edge_a.tolist()],
+            [names[i] for i in fed.edge_b.tolist()],
+            fed.price_min.tolist(),
+            fed.price_max.tolist(),
+            strict=True,
+        )
+        if explain
+        else None
+    )
+    return _judge(positions, contracts, delta=fed.hysteresis, explain=explain)
 
 
 # --- one round -----------------------------------------------------------------------------------
@@ -203,11 +265,13 @@ def plan_round(fed: LargeFederation, load: IntArray) -> RoundMoves:
     n_t = load[taker].astype(np.float64)
     out_g = unit_cost(cap[giver], scale[giver], n_g)
     in_t = unit_cost(cap[taker], scale[taker], n_t + 1.0)
-    price = np.minimum(np.maximum((out_g + in_t) / 2.0, pmin), pmax)
+    negotiated = protocol.negotiated_prices(out_g - delta, in_t + delta, pmin, pmax)
+    deal = ~np.isnan(negotiated)
+    price = np.where(deal, negotiated, pmin)  # pmin only keeps the arithmetic finite: no offer
     kept = keep_level(cap[giver], scale[giver], price + delta)
     offer = load[giver] - np.minimum(kept, load[giver])
     room = fill_level(cap[taker], scale[taker], price - delta) - load[taker]
-    candidate = (offer >= 1) & (room >= 1)
+    candidate = deal & (offer >= 1) & (room >= 1)
 
     is_giver = np.zeros(fed.size, dtype=bool)
     is_giver[giver[candidate]] = True

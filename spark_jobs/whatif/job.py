@@ -30,7 +30,7 @@ from rich.progress import (
 )
 
 from app.federation.document import FederationDoc
-from app.market.rounds import generate_large, water_filling_bound
+from app.market.rounds import generate_large, judge_state, participant_names, water_filling_bound
 from app.market.simulator import simulate
 from spark_jobs.whatif import plots
 from spark_jobs.whatif.report import write_report, write_summary
@@ -122,6 +122,16 @@ def sweep_summary(sweep: GridSweep, results: pd.DataFrame, wall: float) -> dict[
         return float(values.mean()) if len(values) else None
 
     acceptable = ok["acceptable"].astype(bool)
+    failing = ok[~acceptable]
+    why_not = (
+        [f"{len(failing)} of {len(results)} runs did not end in an acceptable allocation"]
+        + [
+            f"run {int(row['id'])} (seed {int(row['seed'])}): {row['why_not_acceptable']}"
+            for _, row in failing.head(3).iterrows()
+        ]
+        if len(failing)
+        else []
+    )
     return {
         "kind": "sweep",
         "sweep": sweep.name,
@@ -132,6 +142,7 @@ def sweep_summary(sweep: GridSweep, results: pd.DataFrame, wall: float) -> dict[
         # The single-federation keys, as aggregates over the runs: acceptable only if every run
         # ends acceptable; medians over the runs that reached it; means elsewhere.
         "acceptable": bool(len(ok) == len(results) and acceptable.all()),
+        "why_not_acceptable": why_not,
         "steps_to_acceptable": float(statistics.median(reached)) if len(reached) else None,
         "seconds_to_acceptable": float(statistics.median(seconds)) if len(seconds) else None,
         "moves": mean("moves"),
@@ -264,8 +275,10 @@ def run_large(
     wall = time.perf_counter() - began
     final = final.sort_values("id")
     final_load = final["load"].to_numpy(dtype=np.int64)
-    width = len(str(spec.participants - 1))
-    names = [f"P{i:0{width}d}" for i in final["id"]]
+    final_threshold = final["threshold"].to_numpy(dtype=np.int64)
+    names = participant_names(spec.participants)
+    # The one acceptability rule on the final state, with the contract graph to say why not.
+    verdict = judge_state(fed, final_load, final_threshold, names=names)
     bound = water_filling_bound(fed)
     rounds = result.rounds
     last = len(rounds)
@@ -289,7 +302,8 @@ def run_large(
             "seed": spec.seed,
             "max_rounds": spec.max_rounds,
         },
-        "acceptable": result.acceptable,
+        "acceptable": verdict.acceptable,
+        "why_not_acceptable": list(verdict.reasons),
         "steps_to_acceptable": reached,
         "seconds_to_acceptable": None if reached is None else reached * OFFER_INTERVAL_SECONDS,
         "rounds": last,
@@ -304,7 +318,7 @@ def run_large(
         "wall_seconds": wall,
         "per_round": [vars(r) for r in rounds],
         "final_load": dict(zip(names, (int(v) for v in final_load), strict=True)),
-        "thresholds": dict(zip(names, (int(v) for v in final["threshold"]), strict=True)),
+        "thresholds": dict(zip(names, (int(v) for v in final_threshold), strict=True)),
     }
     write_summary(out, summary)
     pngs = plots.large_plots(

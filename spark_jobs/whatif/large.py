@@ -1,8 +1,10 @@
 """The very large federation on Spark: one round of the Bounded-Price Mechanism per DataFrame pass.
 
-Same algorithm as ``app/market/rounds.py`` (read its docstring for the model), with the state held
-in two tables: ``participants`` (id, capacity, scale, threshold, load) and the contract edge table
-(both directions of every contract with its price range). A round is:
+Same algorithm as ``app/market/rounds.py`` (read its docstring for the model: prices are the
+protocol's negotiated price, ``app.market.protocol``, and acceptability is the one rule of
+``app.market.acceptability``), with the state held in two tables: ``participants`` (id,
+capacity, scale, threshold, load) and the contract edge table (both directions of every contract
+with its price range). A round is:
 
 - offers: the edge table joined with the giver's and the taker's state, prices and amounts
   computed per edge, a left anti-join so givers do not take, and a ``row_number`` window per giver
@@ -27,6 +29,7 @@ import pandas as pd
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from app.market.acceptability import acceptable_from_counts
 from app.market.rounds import LargeFederation, RoundRecord
 
 INF = float("inf")
@@ -49,6 +52,19 @@ def _fill_level(capacity: Column, scale: Column, price: Column) -> Column:
     safe = F.when(price > 0, price).otherwise(F.lit(1.0))
     level = F.greatest(F.ceil(capacity - _root(capacity, scale, safe)) - F.lit(1), F.lit(0))
     return F.when(price > 0, level.cast("long")).otherwise(F.lit(0).cast("long"))
+
+
+def _finite(value: Column) -> Column:
+    return (value < F.lit(INF)) & (value > F.lit(-INF))
+
+
+def _negotiated(giver_res: Column, taker_res: Column, low_: Column, high_: Column) -> Column:
+    """``app.market.protocol.negotiated_prices`` as a column, operation for operation (max, min,
+    sum, halve): the midpoint of the reservations' overlap with the range; null for no deal."""
+    low = F.greatest(taker_res, low_)
+    high = F.least(giver_res, high_)
+    deal = (taker_res <= giver_res) & (low <= high) & _finite(low) & _finite(high) & (low_ <= high_)
+    return F.when(deal, (low + high) / F.lit(2.0))
 
 
 def _mm1_cost(capacity: Column, scale: Column, load: Column) -> Column:
@@ -165,10 +181,12 @@ def plan_round(state: DataFrame, edges: DataFrame, hysteresis: float) -> DataFra
     t_cap, t_scale, t_load = F.col("t_cap"), F.col("t_scale"), F.col("t_load")
     out_g = _unit_cost(g_cap, g_scale, g_load.cast("double"))
     in_t = _unit_cost(t_cap, t_scale, t_load.cast("double") + F.lit(1.0))
+    # No price both sides accept: no offer on that contract (the rows are dropped before the
+    # amounts are computed, where the NumPy reference computes them on price_min and masks).
     priced = joined.withColumn(
         "price",
-        F.least(F.greatest((out_g + in_t) / F.lit(2.0), F.col("price_min")), F.col("price_max")),
-    )
+        _negotiated(out_g - delta, in_t + delta, F.col("price_min"), F.col("price_max")),
+    ).filter(F.col("price").isNotNull())
     price = F.col("price")
     candidates = (
         priced.withColumn(
@@ -230,9 +248,10 @@ def state_figures(state: DataFrame) -> StateFigures:
         F.sum(F.when(load < F.col("threshold"), 1).otherwise(0)).alias("below"),
     ).first()
     assert row is not None
-    underloaded = row["load"] <= row["threshold"]
-    acceptable = row["above"] == 0 if underloaded else row["below"] == 0
-    return StateFigures(float(row["cost"]), int(row["above"]), bool(acceptable))
+    acceptable = acceptable_from_counts(
+        overloaded=row["load"] > row["threshold"], over=row["above"], with_room=row["below"]
+    )
+    return StateFigures(float(row["cost"]), int(row["above"]), acceptable)
 
 
 def _loads(state: DataFrame) -> np.ndarray:

@@ -32,6 +32,9 @@ FIGURES: dict[str, str] = {
     "cost_lower_bound": "double",
     "cost_ratio": "double",
     "final_overloaded": "bigint",
+    # The one acceptability rule's reasons for the final allocation, "; "-joined; None when it
+    # is acceptable.
+    "why_not_acceptable": "string",
     "error": "string",
 }
 PARAMETERS: dict[str, str] = {
@@ -85,6 +88,7 @@ def simulate_row(row: dict[str, Any], max_steps: int | None = None) -> dict[str,
             for name, load in result.final_load.items()
             if load > result.thresholds.get(name, math.inf)
         ),
+        why_not_acceptable="; ".join(result.reasons) if not result.acceptable else None,
         error=None,
     )
     return out

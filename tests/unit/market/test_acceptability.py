@@ -127,7 +127,7 @@ def test_prices_below_the_takers_marginal_cost_on_every_path() -> None:
     assert v.offenders == ("A",)
     (reason,) = v.reasons
     assert reason.startswith("A is over its threshold (90.0 > 80.0); contract paths lead to spare")
-    assert "prices on every path are below the marginal cost of taking load at C (0.133)" in reason
+    assert "prices on every path are below the marginal cost of taking load at C (0.16)" in reason
 
 
 def test_prices_above_the_givers_marginal_cost_on_every_path() -> None:

@@ -176,3 +176,62 @@ def test_generator_refuses_bad_options_by_name(options, field):
     with pytest.raises(LargeFederationError) as caught:
         generate_large(**options)
     assert caught.value.field == field
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fed=federations)
+def test_round_prices_are_the_protocols_negotiated_price(fed: LargeFederation):
+    from app.market.protocol import negotiated_price
+
+    moves = plan_round(fed, fed.load)
+    for g, t, p in zip(moves.giver, moves.taker, moves.price, strict=True):
+        edges = [
+            e
+            for e in range(fed.edge_a.size)
+            if {int(fed.edge_a[e]), int(fed.edge_b[e])} == {int(g), int(t)}
+        ]
+        giver_res = float(unit_cost(fed.capacity[[g]], fed.scale[[g]], fed.load[[g]] * 1.0)[0])
+        taker_res = float(unit_cost(fed.capacity[[t]], fed.scale[[t]], fed.load[[t]] + 1.0)[0])
+        expected = {
+            negotiated_price(
+                giver_res - fed.hysteresis,
+                taker_res + fed.hysteresis,
+                float(fed.price_min[e]),
+                float(fed.price_max[e]),
+            )
+            for e in edges
+        }
+        assert float(p) in expected
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fed=federations, rounds=st.integers(0, 5))
+def test_the_rounds_count_acceptability_as_the_one_rule_judges_it(fed: LargeFederation, rounds):
+    from app.market.rounds import judge_state
+
+    result = run_rounds(fed, max_rounds=rounds)
+    judged = judge_state(fed, result.final_load, result.thresholds)
+    assert judged.acceptable == is_acceptable(result.final_load, result.thresholds)
+    assert judged.acceptable == result.acceptable
+    assert judged.acceptable == (judged.reasons == ())
+
+
+def test_an_unacceptable_large_state_says_why_over_the_contract_graph():
+    from app.market.rounds import judge_state
+
+    # Two pairs of participants with a contract inside each pair only: P0 is over its
+    # threshold, its partner P1 is full, and the room is at P2 and P3, out of reach.
+    fed = LargeFederation(
+        capacity=np.full(4, 100.0),
+        scale=np.ones(4),
+        load=np.array([95, 85, 10, 10], dtype=np.int64),
+        edge_a=np.array([0, 2], dtype=np.int64),
+        edge_b=np.array([1, 3], dtype=np.int64),
+        price_min=np.full(2, 0.24),
+        price_max=np.full(2, 0.26),
+    )
+    threshold = thresholds(fed)
+    judged = judge_state(fed, fed.load, threshold)
+    assert not judged.acceptable and "P0" in judged.offenders
+    assert judged.reasons[0].startswith(f"P0 is over its threshold (95.0 > {threshold[0]:.1f})")
+    assert "no contract path leads from P0 to spare capacity (P2, P3)" in judged.reasons[0]
