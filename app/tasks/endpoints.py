@@ -29,7 +29,7 @@ def list_tasks(me: CurrentPrincipal, session: SessionDep) -> list[TaskRead]:
 
 @router.get("/{name}", response_model=TaskRead)
 def read_task(name: str, me: CurrentPrincipal, session: SessionDep) -> TaskRead:
-    return service.to_read(session, [service.get_visible(session, me, name)])[0]
+    return service.to_read(session, [service.get_readable(session, me, name)])[0]
 
 
 @router.patch("/{name}", response_model=TaskRead)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.audit import service as audit
 from app.auth.principal import Principal
 from app.db.base import utcnow
 from app.errors import Conflict, Forbidden, InvalidInput, NotFound
-from app.models import Task
+from app.models import Offer, OfferStatus, Task
+from app.movements import repository as movements_repo
 from app.participants import repository as participants
 from app.tasks import repository
 from app.tasks.catalogue import FragmentError, Upstream, validate_fragment
@@ -110,6 +112,36 @@ def get_visible(session: Session, principal: Principal, name: str) -> Task:
     if task is None or not _sees(principal, task):
         raise NotFound(f"task {name!r} not found", field="name")
     return task
+
+
+def get_readable(session: Session, principal: Principal, name: str) -> Task:
+    """A task as ``GET /v1/tasks/{name}`` shows it: to its owner and host (and admins), and to a
+    participant about to run it: the target of its prepared movement, which must know the
+    fragment to instantiate it, or the recipient of an open offer naming it, which decides
+    whether it runs that kind of fragment. Anyone else gets 404, as for an unknown name."""
+    task = repository.get_by_name(session, name)
+    if task is not None and (_sees(principal, task) or _about_to_run(session, principal, task)):
+        return task
+    raise NotFound(f"task {name!r} not found", field="name")
+
+
+def _about_to_run(session: Session, principal: Principal, task: Task) -> bool:
+    if principal.participant_id is None:
+        return False
+    prepared = movements_repo.prepared_for_task(session, task.id)
+    if prepared is not None and prepared.to_id == principal.participant_id:
+        return True
+    return any(task.id in offer.task_ids for offer in _open_offers_to(session, principal))
+
+
+def _open_offers_to(session: Session, principal: Principal) -> list[Offer]:
+    return list(
+        session.scalars(
+            select(Offer).where(
+                Offer.to_id == principal.participant_id, Offer.status == OfferStatus.open
+            )
+        )
+    )
 
 
 def update(session: Session, principal: Principal, name: str, data: TaskUpdate) -> Task:

@@ -198,7 +198,10 @@ class SparkParticipantHost:
     # -- Mover -----------------------------------------------------------------------------
     def receive(self, movement: MovementRecord) -> Received:
         record = self._record(movement.task)
-        if record is None or not record.real:
+        if record is None:
+            self._abort(movement.id)
+            raise RuntimeError(f"{movement.task} is not visible to {self.name}: cannot run it")
+        if not record.real:
             self._client.commit(movement.id, movement.epoch)
             return Received()
         if self._accept is not None and record.fragment not in self._accept:

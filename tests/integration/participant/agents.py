@@ -1,0 +1,84 @@
+"""Helpers for tests that run the service and agents as real processes (move-federation.yaml)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from app.federation.document import load_federation
+from app.participant.client import FedloadClient
+from spark_jobs.scenarios.processes import AgentSettings, ProcessFederation
+
+FEDERATION = Path(__file__).with_name("move-federation.yaml")
+GENERATOR = {"seed": 11, "rate": 60}
+# Short enough that a crash test waits seconds, long beside a move (about 3 s here).
+LEASE_SECONDS = 6.0
+
+
+def wait_for(
+    what: str, check: Callable[[], Any], timeout: float = 120.0, every: float = 0.5
+) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except Exception as error:  # the service may be restarting: keep asking
+            last = error
+        else:
+            if last:
+                return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
+
+
+@contextmanager
+def federation(work: Path, database_url: str | None = None) -> Iterator[ProcessFederation]:
+    fed = ProcessFederation(
+        load_federation(FEDERATION),
+        work,
+        database_url=database_url,
+        lease_seconds=LEASE_SECONDS,
+        agent_settings=AgentSettings(offer_interval=2.0, spark_eager=True, hysteresis=0.005),
+    )
+    try:
+        fed.start()
+        yield fed
+    except BaseException:
+        for name, agent in fed.agents.items():
+            print(f"--- {name}'s agent log ---\n{agent.tail(40)}")
+        raise
+    finally:
+        fed.close()
+
+
+def host_of(admin: FedloadClient, task: str) -> str:
+    return str(admin.task(task)["host"])
+
+
+def output_rows(admin: FedloadClient, task: str) -> int:
+    info = _info(admin, task)
+    return int(info["rows"])
+
+
+def _info(admin: FedloadClient, task: str) -> dict[str, Any]:
+    from spark_jobs.runtime.transport import StreamClient
+
+    owner = admin.task(task)["owner"]
+    location = admin.endpoint(owner)
+    assert location is not None
+    with StreamClient(location) as client:
+        return client.info(f"{task}.out")
+
+
+def overload_s(admin: FedloadClient) -> None:
+    """S.base grows past S's threshold with O.x on top: S must shed O.x, its only movable task.
+    O sits near its own threshold, so T (empty) is the partner with room."""
+    admin._call("PATCH", "/v1/tasks/S.base", json={"load": 75, "pinned": True})
+
+
+def movements(admin: FedloadClient) -> list[dict[str, Any]]:
+    return admin.movements()

@@ -1,0 +1,69 @@
+"""The participant for real: the service and three ``fedload agent`` processes, each with its own
+Spark, move a stateful fragment between processes over Flight (move-federation.yaml)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from spark_jobs.scenarios.reference import check_fragment
+from tests.integration.participant.agents import (
+    GENERATOR,
+    federation,
+    host_of,
+    output_rows,
+    overload_s,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def test_a_stateful_fragment_moves_between_agent_processes_and_outlives_a_service_restart(
+    db_url, tmp_path, spark
+):
+    with federation(tmp_path / "federation", db_url) as fed:
+        for name in ("O", "S", "T"):
+            fed.start_agent(name)
+        admin = fed.admin()
+        wait_for("O.x to write output from S", lambda: output_rows(admin, "O.x") > 0, 180)
+        assert host_of(admin, "O.x") == "S"
+
+        overload_s(admin)
+        wait_for("the registry to name T the host of O.x", lambda: host_of(admin, "O.x") == "T")
+        moved = list(fed.moves())
+        assert [(m["task"], m["src"], m["dst"], m["reason"]) for m in moved] == [
+            ("O.x", "S", "T", "load")
+        ]
+        assert moved[0]["state_bytes"] > 10_000, "the window state travelled with the fragment"
+        assert 0.24 <= moved[0]["price"] <= 0.26
+        wait_for(
+            "S to drop its copy of O.x",
+            lambda: not (fed.data_dir("S") / "checkpoints" / "O.x").exists(),
+        )
+
+        # The service goes away for a while: agents keep their fragments running and come back.
+        rows_before_outage = output_rows(admin, "O.x")
+        assert fed.service is not None
+        fed.service.kill()
+        time.sleep(4)
+        assert all(agent.alive() for agent in fed.agents.values()), "an agent died with the service"
+        fed.service.start()
+        fed.wait_for_service()
+        wait_for(
+            "every agent to heartbeat again",
+            lambda: all(
+                p["liveness"] == "online" for p in admin._call("GET", "/v1/participants")
+            ),
+        )
+        wait_for(
+            "O.x's output to grow at T after the outage",
+            lambda: output_rows(admin, "O.x") > rows_before_outage + 20,
+        )
+        assert host_of(admin, "O.x") == "T"
+        assert len(set(fed.processes().values())) == 4  # three agents and the service
+
+        comparison = check_fragment(spark, admin.endpoint("O"), admin.task("O.x"), GENERATOR)
+        assert comparison.matches, comparison.as_dict()
+        assert comparison.rows > 100
