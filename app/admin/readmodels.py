@@ -20,8 +20,14 @@ from app.contracts import repository as contracts_repo
 from app.contracts import service as contracts
 from app.contracts.schemas import ContractEventRead, ContractRead, LedgerRead
 from app.errors import NotFound
-from app.market.cost_models import CostModelError, build_cost_model, marginal_cost
-from app.market.measured_allocation import LoadPoint, Verdict, verdict
+from app.market.acceptability import (
+    MEASURED_TOLERANCE,
+    Acceptability,
+    Link,
+    Position,
+    judge_allocation,
+)
+from app.market.cost_models import CostModel, CostModelError, build_cost_model, marginal_cost
 from app.models import (
     AuditEntry,
     Contract,
@@ -66,7 +72,9 @@ class ParticipantRow:
 @dataclass(frozen=True)
 class Overview:
     rows: list[ParticipantRow]
-    verdict: Verdict
+    # The one acceptability rule (app.market.acceptability) on the active participants, over
+    # the active contracts, so that "not acceptable" says what blocks the load.
+    verdict: Acceptability
     tasks: int
 
 
@@ -149,8 +157,50 @@ def overview(session: Session, settings: Settings, now: datetime | None = None) 
     for t in all_tasks:
         hosted.setdefault(t.host, []).append(t)
     rows = [_row(p, samples.get(p.id), active, hosted[p.name], settings, now) for p in people]
-    points = [LoadPoint(r.name, r.load or 0.0, r.threshold) for r in rows if r.status == "active"]
-    return Overview(rows=rows, verdict=verdict(points), tasks=len(all_tasks))
+    return Overview(rows=rows, verdict=judge(people, rows, active, hosted), tasks=len(all_tasks))
+
+
+def _model(participant: Participant) -> CostModel | None:
+    try:
+        return build_cost_model(participant.cost_model, participant.capacity)
+    except CostModelError:
+        return None
+
+
+def judge(
+    people: list[Participant],
+    rows: list[ParticipantRow],
+    active: list[Contract],
+    hosted: dict[str, list[TaskRead]],
+) -> Acceptability:
+    """The allocation's verdict as the simulator would give it on the same standings.
+
+    Loads are measured (an agent's report, else the hosted tasks' declared loads), so they get
+    ``MEASURED_TOLERANCE``; task granularity comes from each participant's smallest hosted task
+    and its cost model; the threshold price is the model's marginal cost at the threshold. No
+    hysteresis band: the registry has none of its own.
+    """
+    by_id = {p.id: p for p in people}
+    positions = []
+    for row in rows:
+        if row.status != "active":
+            continue
+        sizes = [t.load for t in hosted.get(row.name, []) if t.load > 0]
+        positions.append(
+            Position(
+                name=row.name,
+                load=row.load or 0.0,
+                threshold=row.threshold,
+                smallest_task=min(sizes) if sizes else None,
+                model=_model(by_id[row.id]),
+            )
+        )
+    links = [
+        Link(by_id[c.proposer_id].name, by_id[c.partner_id].name, c.price_min, c.price_max)
+        for c in active
+        if c.proposer_id in by_id and c.partner_id in by_id
+    ]
+    return judge_allocation(positions, links, tolerance=MEASURED_TOLERANCE)
 
 
 def participant_names(session: Session) -> list[str]:

@@ -38,7 +38,7 @@ def test_allocation_filters_by_participant_and_shows_contract_and_price(
     admin: TestClient, federation: Federation
 ) -> None:
     everyone = rows(admin.get("/admin/allocation").text, "task")
-    assert len(everyone) == 36
+    assert len(everyone) == 37  # the demo's 36 loads and its source fragment A.conns
     b_page = admin.get("/admin/allocation?participant=B").text
     b_tasks = rows(b_page, "task")
     # B's own six tasks and A.q01, which it hosts after the seeded move.
