@@ -43,9 +43,21 @@ def read(offer_id: int, me: CurrentPrincipal, session: SessionDep) -> OfferRead:
 def accept(
     offer_id: int, body: OfferAccept, me: CurrentPrincipal, session: SessionDep
 ) -> OfferRead:
-    """Take all the offered tasks, or the subset named in ``tasks``; prepares their movements."""
+    """Take all the offered tasks, or the subset named in ``tasks``; prepares their movements.
+
+    With ``reservation_price`` (the least you take per unit) and the giver's own, the registry
+    sets the agreed price between the two inside the contract's range; 409 when none works."""
     return _one(
-        session, service.accept(session, me, offer_id, body.version, body.tasks, body.replicas)
+        session,
+        service.accept(
+            session,
+            me,
+            offer_id,
+            body.version,
+            body.tasks,
+            body.replicas,
+            reservation_price=body.reservation_price,
+        ),
     )
 
 

@@ -33,6 +33,19 @@ class OfferCreate(BaseModel):
             "shed load here so you can take that offer's). A relay offer is not relayed again."
         ),
     )
+    reservation_price: float | None = Field(
+        default=None,
+        ge=0,
+        allow_inf_nan=False,
+        description=(
+            "The most you would pay per unit load per second for the offered tasks: your "
+            "marginal cost of shedding them less the hysteresis band "
+            "(app.market.protocol.giver_reservation). At least ``price``. Private: never shown "
+            "to the taker. When the taker also sends its reservation, the registry sets the "
+            "agreed price between the two, inside the contract's range "
+            "(app.market.protocol.negotiated_price)."
+        ),
+    )
 
 
 class OfferAccept(BaseModel):
@@ -48,6 +61,20 @@ class OfferAccept(BaseModel):
         default=None,
         description="The offered replicas you take; default all, or none of them when only "
         "``tasks`` is given.",
+    )
+    reservation_price: float | None = Field(
+        default=None,
+        ge=0,
+        allow_inf_nan=False,
+        description=(
+            "The least you would take per unit load per second for the tasks you accept: your "
+            "marginal cost of taking them plus the hysteresis band "
+            "(app.market.protocol.taker_reservation). Private: never shown to the giver. With "
+            "the giver's reservation the agreed price is the midpoint of the overlap of the two "
+            "reservations with the contract's range, never below the offered price when the "
+            "giver asked its asking price; without it the offered price stands. Refused with "
+            "409 when no price works for both."
+        ),
     )
 
 
@@ -67,7 +94,15 @@ class OfferRead(BaseModel):
     loads: dict[str, float]
     accepted_tasks: list[str]
     accepted_replicas: list[str] = Field(default_factory=list)
-    price: float
+    price: float = Field(description="The price the giver offered.")
+    agreed_price: float | None = Field(
+        default=None,
+        description=(
+            "The price the accepted tasks move at, per unit load per second: the negotiated "
+            "price when both sides sent a reservation, else the offered price; null until "
+            "accepted."
+        ),
+    )
     status: OfferStatus
     version: int
     movement_ids: list[int]

@@ -4,6 +4,14 @@ A participant offers tasks it hosts to a partner at a price inside the contract'
 partner accepts all of them, a subset (partial acceptance), or none. One offer outstanding per
 participant, and no offer of a task that is already moving (DESIGN.md "Moves"). Accepting
 prepares one two-phase movement per accepted task; the new host commits each after resuming it.
+
+Prices (``app.market.protocol``): the giver may send its reservation price with the offer (the
+most it would pay), the taker its own with the acceptance (the least it would take). With both,
+the registry sets the agreed price with ``protocol.negotiated_price``, the midpoint of the two
+reservations' overlap with the contract's range, and refuses the acceptance (409,
+``reservation_price``) when no price works for both. The agreed price is what the accepted
+movements, and so the tasks and their payments, carry; without reservations it is the offered
+price. Reservations are kept in the offer's ``detail`` and never shown to the other side.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from app.auth.principal import Principal
 from app.contracts import service as contracts
 from app.db.base import utcnow
 from app.errors import Conflict, Forbidden, InvalidInput, NotFound
+from app.market import protocol
 from app.models import (
     ContractStatus,
     Movement,
@@ -51,6 +60,12 @@ def create(session: Session, principal: Principal, data: OfferCreate) -> Offer:
             f"price {data.price} is outside the contract's range "
             f"[{contract.price_min}, {contract.price_max}]",
             field="price",
+        )
+    if data.reservation_price is not None and data.price > data.reservation_price:
+        raise InvalidInput(
+            f"price {data.price} is above your reservation_price {data.reservation_price}, the "
+            "most you would pay",
+            field="reservation_price",
         )
     if not data.tasks and not data.replicas:
         raise InvalidInput("offer at least one task or replica", field="tasks")
@@ -113,6 +128,8 @@ def create(session: Session, principal: Principal, data: OfferCreate) -> Offer:
     if data.relay_for is not None:
         _check_relay_target(session, me, partner, data.relay_for)
         detail["relay_for"] = data.relay_for
+    if data.reservation_price is not None:
+        detail["reservation_price"] = data.reservation_price
     offer = Offer(
         contract_id=contract.id,
         from_id=me,
@@ -199,7 +216,9 @@ def accept(
     version: int,
     task_names: list[str] | None,
     replica_names: list[str] | None = None,
+    reservation_price: float | None = None,
 ) -> Offer:
+    """Take the offered tasks (or the named subset) at the agreed price; see the module doc."""
     offer = _decidable(session, principal, offer_id, version, by="addressee")
     offered = {t.id: t for t in session.scalars(select(Task).where(Task.id.in_(offer.task_ids)))}
     replica_ids = list(offer.detail.get("replica_task_ids", []))
@@ -214,6 +233,13 @@ def accept(
     contract = contracts.get_visible(session, principal, offer.contract_id)
     if contract.status is not ContractStatus.active:
         raise Conflict(f"contract {contract.id} is {contract.status.value}", field="contract_id")
+    price = agreed_price(
+        offer.price,
+        offer.detail.get("reservation_price"),
+        reservation_price,
+        contract.price_min,
+        contract.price_max,
+    )
     target = session.get(Participant, offer.to_id)
     assert target is not None
     prepared = [
@@ -224,7 +250,7 @@ def accept(
             reason=MovementReason.load,
             actor=principal.actor,
             contract=contract,
-            price=offer.price,
+            price=price,
             offer_id=offer.id,
         )
         for task in sorted(chosen, key=lambda t: t.name)
@@ -240,7 +266,7 @@ def accept(
                 target,
                 actor=principal.actor,
                 contract=contract,
-                price=offer.price,
+                price=price,
                 offer_id=offer.id,
                 field=f"replicas[{i}]",
             )
@@ -253,6 +279,8 @@ def accept(
         **offer.detail,
         "movement_ids": [m.id for m in prepared],
         "accepted_replica_task_ids": [t.id for t in sorted(chosen_replicas, key=lambda t: t.name)],
+        "agreed_price": price,
+        **({} if reservation_price is None else {"taker_reservation_price": reservation_price}),
     }
     session.flush()
     audit.record(
@@ -264,9 +292,49 @@ def accept(
         detail={
             "tasks": [t.name for t in chosen],
             "replicas": [t.name for t in chosen_replicas],
+            "price": price,
         },
     )
     return offer
+
+
+def agreed_price(
+    offered: float,
+    giver_reservation: float | None,
+    taker_reservation: float | None,
+    price_min: float,
+    price_max: float,
+) -> float:
+    """The price an acceptance moves load at, or a 409 naming ``reservation_price``.
+
+    Both reservations: ``protocol.negotiated_price`` inside the contract's range. Only the
+    taker's: the offered price, if it is at least the taker's reservation (the giver named it
+    and will pay no more). Neither: the offered price, as before reservations existed.
+    """
+    if taker_reservation is None:
+        return offered
+    if giver_reservation is None:
+        if taker_reservation > offered:
+            raise Conflict(
+                f"your reservation_price {taker_reservation} is above the offered price "
+                f"{offered}: no deal at this price",
+                field="reservation_price",
+            )
+        return offered
+    price = protocol.negotiated_price(
+        float(giver_reservation), taker_reservation, price_min, price_max
+    )
+    if price is not None:
+        return price
+    if taker_reservation > giver_reservation:
+        # The giver's reservation is private: say there is no overlap, not where it ends.
+        why = "is above the most the giver will pay"
+    else:
+        why = (
+            "leaves no price both sides accept inside the contract's range "
+            f"[{price_min}, {price_max}]"
+        )
+    raise Conflict(f"your reservation_price {taker_reservation} {why}", field="reservation_price")
 
 
 def _subset(
@@ -347,6 +415,7 @@ def to_read(session: Session, offers: list[Offer]) -> list[OfferRead]:
             accepted_tasks=[names[t] for t in o.accepted_task_ids],
             accepted_replicas=[names[t] for t in o.detail.get("accepted_replica_task_ids", [])],
             price=o.price,
+            agreed_price=_agreed(o),
             status=o.status,
             version=o.version,
             movement_ids=list(o.detail.get("movement_ids", [])),
@@ -356,3 +425,12 @@ def to_read(session: Session, offers: list[Offer]) -> list[OfferRead]:
         )
         for o in offers
     ]
+
+
+def _agreed(offer: Offer) -> float | None:
+    """The price the offer's accepted tasks moved at (offers accepted before reservations
+    existed recorded none: theirs was the offered price)."""
+    if offer.status not in (OfferStatus.accepted, OfferStatus.partially_accepted):
+        return None
+    agreed = offer.detail.get("agreed_price")
+    return float(agreed) if agreed is not None else offer.price
