@@ -249,6 +249,7 @@ def agent_command(host_factory: Callable[[], HostFactory]) -> Callable[..., None
     ) -> None:
         """Run one participant: host its fragments, heartbeat, answer offers, shed load."""
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request drowns the log
         try:
             parse_address(listen)
         except ValueError as error:

@@ -31,8 +31,8 @@ def test_a_stateful_fragment_moves_between_agent_processes_and_outlives_a_servic
         assert host_of(admin, "O.x") == "S"
 
         overload_s(admin)
-        wait_for("the registry to name T the host of O.x", lambda: host_of(admin, "O.x") == "T")
-        moved = list(fed.moves())
+        moved = wait_for("T to record the move", lambda: list(fed.moves()))
+        assert host_of(admin, "O.x") == "T"
         assert [(m["task"], m["src"], m["dst"], m["reason"]) for m in moved] == [
             ("O.x", "S", "T", "load")
         ]
