@@ -51,6 +51,26 @@ rule with the range pinned to that price: ``negotiated_price(host_res, origin_re
 that has just moved at price p never qualifies to move back under the same loads (its taker's
 saving on returning it is exactly its cost of taking it, at most p - delta), so the rule cannot
 oscillate.
+
+**For the live participant node** (``app.participant``), each current rule has its call here,
+value for value:
+
+- offer price: ``bpm.split_price(bpm.giver_reservation(model, load, S, price_max, delta),
+  price_min)`` is ``asking_price(giver_reservation(model, load, set_load(S), delta), price_min,
+  price_max)``; send that reservation as the offer's ``reservation_price``;
+- acceptance: partial acceptance stays ``choose_accepted`` (``bpm.accept_subset``'s taker half);
+  send ``taker_reservation(model, load, set_load(taken), delta)`` as the acceptance's
+  ``reservation_price``, and the registry answers with the ``agreed_price``;
+- offer gate and back-off: ``may_offer(OfferGate(now, last_offer_at, open_offers,
+  moves_in_flight, relays_pending, refused_at, offered_at), OfferTiming(offer_interval,
+  refusal_backoff_intervals))``, ``available_partners(gate, online, timing)`` and
+  ``counts_as_refusal(status)``;
+- relays: ``plan_room`` and ``take_after_room`` take the same arguments as
+  ``app/participant/relay.py``'s (a ``ContractView`` is a ``ContractTerms``);
+- move-back: the host proposes with ``host_returns(Placement(task, load, came_from, price,
+  moved_at, min_move_seconds), Side(model, load), now, delta)``, the origin accepts with
+  ``origin_takes_back(placement, Side(model, load), delta)``; ``move_back`` is both halves at
+  once, for a driver that knows both sides (the simulator).
 """
 
 from __future__ import annotations

@@ -362,3 +362,21 @@ def test_taking_after_room_never_exceeds_the_earlier_load_or_the_price_room(
         load_now=load_now, load_before=load_before, offered=offered, room_below_price=room
     )
     assert load_now + sum(offered[t] for t in taken) <= max(load_before, room) + 1e-6
+
+
+@given(
+    model=models,
+    fill=st.floats(0.0, 0.99),
+    sizes=st.lists(st.floats(0.5, 10.0), min_size=1, max_size=8),
+    r=ranges(),
+    delta=deltas,
+)
+def test_the_asking_price_is_the_live_agents_price(model, fill, sizes, r, delta) -> None:
+    # app/participant/bpm_decisions.py names bpm.split_price(bpm.giver_reservation(...),
+    # price_min); switching it to the protocol changes no price.
+    load = fill * model.capacity
+    items = [(f"t{i}", s) for i, s in enumerate(sizes)]
+    lo, hi = r
+    before = bpm.split_price(bpm.giver_reservation(model, load, items, hi, delta), lo)
+    reservation = giver_reservation(model, load, bpm.set_load(items), delta)
+    assert protocol.asking_price(reservation, lo, hi) == before
