@@ -17,6 +17,9 @@ Load Management in Federated Distributed Systems", NSDI 2004):
   double auction of Chatterjee and Samuelson, "Bargaining under Incomplete Information",
   Operations Research 1983). Both reservations lie inside [price_min, price_max], so the
   midpoint does too; there is no deal when the taker's reservation is above the giver's.
+  The protocol's ``negotiated_price`` (``app.market.protocol``) is the same rule on unclipped
+  reservations, and what every driver prices with; the clipped helpers here stay for callers
+  not yet switched to it.
 - Partial acceptance: going down the offer, the taker takes a task when the giver still saves
   more than ``price + delta`` per unit on that task *and* the taker's marginal cost at its new
   load stays below ``price - delta`` ("j accepts the subset that keeps its MC below p"). Every
@@ -24,7 +27,8 @@ Load Management in Federated Distributed Systems", NSDI 2004):
   both, and every move strictly lowers the federation's total cost (by at least
   2 * delta * load), which is why a static federation stops moving after finitely many moves.
 - Move-back: after the contract's minimum move duration, the host returns a task to the
-  participant it came from when that is cheaper for both at the price they agreed.
+  participant it came from when that is cheaper for both at the price they agreed
+  (``app.market.protocol.move_back``).
 - Chained moves: a partner that cannot absorb an offer may forward it along its own contracts
   (A to B to C). The relay's cost does not change; it is paid on the way in at least what it
   pays on the way out (``leg_prices``).
@@ -161,26 +165,6 @@ def accept_subset(
         removed += size
         added += size
     return taken
-
-
-def move_back_worthwhile(
-    host: CostModel,
-    host_load: float,
-    origin: CostModel,
-    origin_load: float,
-    size: float,
-    price: float,
-    delta: float,
-) -> bool:
-    """Whether returning a task to where it came from is cheaper for both at their price.
-
-    The host saves more than it is paid (MC_host > price + delta) and the origin's marginal
-    cost after taking it back stays below what it pays (MC_origin < price - delta).
-    """
-    return (
-        marginal_cost(host, host_load, -size) > price + delta
-        and origin.derivative(origin_load + size) < price - delta
-    )
 
 
 def threshold_price(ranges: Iterable[tuple[float, float]]) -> float | None:

@@ -41,9 +41,16 @@ def test_partial_acceptance_stops_where_the_takers_marginal_cost_reaches_the_pri
 
 
 def test_move_back_needs_both_sides_to_gain() -> None:
-    assert bpm.move_back_worthwhile(M, 90.0, M, 40.0, 5.0, 0.25, 0.005)
-    assert not bpm.move_back_worthwhile(M, 60.0, M, 40.0, 5.0, 0.25, 0.005)  # host gains little
-    assert not bpm.move_back_worthwhile(M, 90.0, M, 78.0, 5.0, 0.25, 0.005)  # origin is full
+    from app.market.protocol import Placement, Side, move_back
+
+    placed = Placement("t", 5.0, "O", 0.25, moved_at=0.0, min_move_seconds=30.0)
+
+    def back(host: float, origin: float) -> bool:
+        return move_back(placed, Side(M, host), Side(M, origin), now=30.0, delta=0.005) is not None
+
+    assert back(90.0, 40.0)
+    assert not back(60.0, 40.0)  # the host gains little
+    assert not back(90.0, 78.0)  # the origin is full
 
 
 def test_chain_prices_never_rise_and_a_single_leg_is_the_midpoint() -> None:
