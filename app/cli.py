@@ -143,19 +143,15 @@ def demo(
         Path("contracts/borealis-demo.yaml"), "--federation", help="Federation file to run."
     ),
     duration: float | None = typer.Option(
-        None, "--duration", help="Simulated seconds to run (default: the file's own duration)."
+        None, "--duration", help="Seconds to run (default: the file's own duration, scaled)."
     ),
     report: Path = typer.Option(Path("var/reports/demo"), "--report", help="Report directory."),
     no_ui: bool = typer.Option(False, "--no-ui", help="No live terminal view."),
-    pace: float = typer.Option(
-        0.0, help="Wall seconds per simulated second (0: as fast as it goes)."
-    ),
     time_scale: float = typer.Option(
-        1.0, help="Multiply every time in the federation (shorten it)."
+        0.55, help="Multiply every time in the federation (0.55: about four minutes)."
     ),
-    real_fragments: int = typer.Option(2, help="How many tasks run as real Spark fragments."),
-    host: str = typer.Option("127.0.0.1", help="Interface for the service."),
-    port: int = typer.Option(8000, help="TCP port for the service (admin UI at /admin)."),
+    host: str = typer.Option("127.0.0.1", help="With --serve-only: interface for the service."),
+    port: int = typer.Option(8000, help="With --serve-only: TCP port (admin UI at /admin)."),
     serve_only: bool = typer.Option(
         False, "--serve-only", help="Only start the service with the federation applied."
     ),
@@ -176,13 +172,15 @@ def demo(
         "streaming queries in their own processes).",
     ),
 ) -> None:
-    """Run the Borealis load-management demo live: service, agents, Spark fragments, report.
+    """Run the Borealis load-management demo live: service, agent processes, Spark, report.
 
-    Agents A, B, C (and D when it joins) trade load under their contracts while the timeline
-    plays; a live view shows loads, thresholds, marginal costs and moves; the admin UI is up
-    meanwhile. It ends with DIR/report.json, PNG plots and checks (the moved fragments' output
-    equals a run without moves; the allocation is acceptable at the end) and exits non-zero when
-    a check fails.
+    `fedload serve` and one `fedload agent` process per participant (A, B, C, and D when it
+    joins) trade load under their contracts while the timeline plays; the federation file's real
+    fragments run on each host's own Spark and move between the processes with their state. A
+    live view shows loads, thresholds, marginal costs and moves; the admin UI is up meanwhile.
+    It ends with DIR/report.json, PNG plots and checks (the moved fragments' output equals a run
+    without moves; at least two stateful moves between processes; the allocation is acceptable
+    at the end) and exits non-zero when a check fails.
     """
     if scenario is not None:
         _run_scenario(scenario, report, quick, engine)
@@ -192,7 +190,7 @@ def demo(
         console.print(f"REST API: http://{host}:{port}/v1, OpenAPI at http://{host}:{port}/docs")
         serve(host=host, port=port, federation=federation)
         return
-    from spark_jobs.demo.run import DemoOptions, run_demo
+    from spark_jobs.scenarios.demo import DemoOptions, run_demo
 
     result = run_demo(
         DemoOptions(
@@ -200,11 +198,7 @@ def demo(
             report_dir=report,
             duration=duration,
             time_scale=time_scale,
-            pace=pace,
             ui=not no_ui,
-            real_fragments=real_fragments,
-            host=host,
-            port=port,
         ),
         console,
     )

@@ -1,8 +1,9 @@
 """Demo benchmark: how fast the live federation reaches an acceptable allocation, per act.
 
-python -m bench.demo.run [--time-scale 1.0] [--real-fragments 2] [--json FILE]
+python -m bench.demo.run [--time-scale 0.55] [--json FILE]
 
-Runs ``fedload demo`` (service, agents over HTTP, real Spark fragments moved with their state)
+Runs ``fedload demo`` (the service and one agent process per participant, the federation's real
+Spark fragments moved with their state)
 and, in the same run, the pure simulator on the same federation file. For each act of the
 Borealis timeline (start; B's load x4; D joins) it reports the seconds from the act's start (A
 crossing its threshold, the overload, the join) to the first acceptable allocation, live and
@@ -25,7 +26,7 @@ from rich.console import Console
 
 from app.federation.document import load_federation
 from app.market.simulator import simulate
-from spark_jobs.demo.run import DemoOptions, run_demo, scaled
+from spark_jobs.scenarios.demo import DemoOptions, run_demo, scaled
 
 FEDERATION = Path("contracts/borealis-demo.yaml")
 
@@ -48,8 +49,7 @@ def live_series(report: dict[str, Any]) -> list[tuple[float, bool]]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--time-scale", type=float, default=1.0)
-    parser.add_argument("--real-fragments", type=int, default=2)
+    parser.add_argument("--time-scale", type=float, default=DemoOptions.time_scale)
     parser.add_argument("--json", type=Path, default=Path("bench/demo/results.json"))
     args = parser.parse_args(argv)
 
@@ -67,7 +67,6 @@ def main(argv: list[str]) -> int:
             report_dir=report_dir,
             time_scale=args.time_scale,
             ui=False,
-            real_fragments=args.real_fragments,
         ),
         Console(quiet=True),
     )
@@ -90,7 +89,7 @@ def main(argv: list[str]) -> int:
     result = {
         "federation": str(FEDERATION),
         "time_scale": args.time_scale,
-        "real_fragments": args.real_fragments,
+        "real_fragments": report["real_fragments"],
         "acts": acts,
         "checks": report["checks"],
         "moves_live": len(report["moves"]),

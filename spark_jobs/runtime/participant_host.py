@@ -59,6 +59,8 @@ BUCKET_SECONDS = 1.0
 # (Borealis: load = input rate x per-tuple cost).
 NOMINAL_ROWS_PER_SECOND = 60.0
 LOAD_WINDOW_SECONDS = 10.0
+# A move waits this long for the first batch at its new host, to report the move's downtime.
+FIRST_BATCH_WAIT_SECONDS = 15.0
 # Crash tests pause an agent at a step of a move (FEDLOAD_FAULT_PAUSE=committed, say) and kill it
 # there; nothing else sets this.
 FAULT_PAUSE_ENV = "FEDLOAD_FAULT_PAUSE"
@@ -225,7 +227,24 @@ class SparkParticipantHost:
         finally:
             with self._lock:
                 self._receiving.discard(record.name)
-        return Received(state_bytes=moved.checkpoint_bytes, timings=dict(moved.timings))
+        timings = dict(moved.timings)
+        first = self._first_batch(record.name, FIRST_BATCH_WAIT_SECONDS)
+        if first is not None:
+            # From prepare to the first batch processed here: the move's downtime.
+            timings["first_batch"] = timings.get("resumed", 0.0) + first
+        return Received(state_bytes=moved.checkpoint_bytes, timings=timings)
+
+    def _first_batch(self, fragment: str, timeout: float) -> float | None:
+        """Seconds from now until the restarted query reports its first batch (None: not within
+        ``timeout``, or it stopped)."""
+        began = time.perf_counter()
+        while time.perf_counter() - began < timeout:
+            if not self.runtime.is_running(fragment):
+                return None
+            if self.runtime.query(fragment).lastProgress is not None:
+                return time.perf_counter() - began
+            time.sleep(0.01)
+        return None
 
     def receive_replica(self, movement: MovementRecord) -> Received:
         # Replicas hosted by agents are the high-availability issue's; here a replica is the

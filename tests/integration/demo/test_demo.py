@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from spark_jobs.demo.run import DemoOptions, run_demo
+from spark_jobs.scenarios.demo import DemoOptions, run_demo
 
 
 @pytest.mark.spark

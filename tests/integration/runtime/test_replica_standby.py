@@ -19,7 +19,6 @@ from app.participant.client import FedloadClient
 from app.participant.command import RegistryLoads
 from app.participant.node import Agent, MoveEvent
 from app.settings import Settings
-from spark_jobs.demo.movers import DemoMover
 from spark_jobs.runtime import (
     AlreadyShipped,
     InMemoryCoordinator,
@@ -31,6 +30,7 @@ from spark_jobs.runtime import (
 )
 from spark_jobs.runtime.registry_coordinator import RegistryCoordinator
 from spark_jobs.runtime.standby import STANDBY_SHIPMENT, StandbyKeeper
+from spark_jobs.scenarios.inprocess_mover import InProcessMover
 from tests.integration.runtime.conftest import (
     BUCKET,
     GENERATOR,
@@ -197,14 +197,14 @@ def registry(db_url: str) -> Iterator[dict[str, FedloadClient]]:
             client.close()
 
 
-def agent(name: str, client: FedloadClient, mover: DemoMover, moves: list[MoveEvent]) -> Agent:
+def agent(name: str, client: FedloadClient, mover: InProcessMover, moves: list[MoveEvent]) -> Agent:
     decisions = BpmDecisions.for_model({"kind": "mm1"}, CAPACITY[name], 0.01)
     return Agent(name, client, decisions, RegistryLoads(client), mover, on_move=moves.append)
 
 
 def trade_the_replica(registry: dict, runtimes: dict, spec, keeper: StandbyKeeper) -> Agent:
-    """B offers the replica to D; D's agent accepts and its DemoMover moves the standby."""
-    mover = DemoMover(registry, runtimes, {"frag": spec}, {"frag": keeper})
+    """B offers the replica to D; D's agent accepts and its InProcessMover moves the standby."""
+    mover = InProcessMover(registry, runtimes, {"frag": spec}, {"frag": keeper})
     moves: list[MoveEvent] = []
     assert [r["host"] for r in registry["admin"].replicas()] == ["B"]
     agent("B", registry["B"], mover, moves).tick(0.0, liveness=ONLINE)

@@ -1,1 +1,0 @@
-"""The Borealis load-management demo, live: service, agents, Spark fragments, traffic, report."""

@@ -1,0 +1,320 @@
+"""``fedload demo``: the Borealis load-management demo as a federation of processes.
+
+``fedload serve`` on a SQLite file and one ``fedload agent`` per participant (A, B, C, and D
+when it joins), each with its own Spark once it hosts a real fragment. The federation file names
+the real fragments (A's generator and the two network-monitoring fragments that read it); every
+other task is declared load. The driver only plays the timeline as an admin would (a load scales
+through ``PATCH /v1/tasks``, a participant joins when its agent starts) and watches: the live
+view and the verdict come from the admin overview's read model, the one acceptability rule.
+The run ends with a report directory and checks; the command exits non-zero when one fails.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+
+from app.admin.readmodels import Overview, overview
+from app.db.session import get_engine, unit_of_work
+from app.federation.document import FederationDoc, load_federation
+from app.participant.client import FedloadClient
+from app.participant.node import MoveEvent
+from app.settings import Settings
+from spark_jobs.scenarios.live import render
+from spark_jobs.scenarios.processes import AgentSettings, ProcessFederation
+from spark_jobs.scenarios.reference import check_fragment
+from spark_jobs.scenarios.report import write_report
+from spark_jobs.session import build_session
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    federation: Path = Path("contracts/borealis-demo.yaml")
+    report_dir: Path = Path("var/reports/demo")
+    duration: float | None = None  # seconds of the (scaled) timeline; default the file's own
+    time_scale: float = 0.55  # multiplies every time in the federation: ~4 min on the demo
+    ui: bool = True
+    database_url: str | None = None
+    work: Path | None = None
+
+
+def scaled(doc: FederationDoc, factor: float) -> FederationDoc:
+    """The same federation with every time multiplied by ``factor`` (timeline, joins, offers)."""
+    if factor == 1.0:
+        return doc
+    return replace(
+        doc,
+        participants=tuple(
+            replace(p, joins_at=None if p.joins_at is None else p.joins_at * factor)
+            for p in doc.participants
+        ),
+        contracts=tuple(
+            replace(c, min_move_seconds=c.min_move_seconds * factor) for c in doc.contracts
+        ),
+        timeline=tuple(replace(e, at=e.at * factor) for e in doc.timeline),
+        simulation=replace(
+            doc.simulation,
+            offer_interval_seconds=max(
+                doc.simulation.step_seconds, doc.simulation.offer_interval_seconds * factor
+            ),
+            duration_seconds=doc.simulation.duration_seconds * factor,
+        ),
+    )
+
+
+class _Timeline:
+    """Plays the federation's timeline through the admin API, each event once, when due."""
+
+    def __init__(self, doc: FederationDoc, fed: ProcessFederation, admin: FedloadClient) -> None:
+        self._doc = doc
+        self._fed = fed
+        self._admin = admin
+        self._pending = sorted(doc.timeline, key=lambda e: e.at)
+        self._declared = {t.name: t.load for t in doc.tasks}
+        self.played: list[dict[str, Any]] = []
+
+    def play(self, now: float) -> None:
+        while self._pending and self._pending[0].at <= now:
+            event = self._pending.pop(0)
+            if event.event == "scale_load":
+                for task in self._doc.tasks:
+                    if task.owner == event.participant and task.fragment is None:
+                        self._declared[task.name] *= event.factor or 1.0
+                        self._admin.set_task_load(task.name, self._declared[task.name])
+            elif event.event == "task_load" and event.task and event.load is not None:
+                self._declared[event.task] = event.load
+                self._admin.set_task_load(event.task, event.load)
+            elif event.event == "join" and event.participant:
+                self._fed.start_agent(event.participant)
+            elif event.event == "leave" and event.participant:
+                self._fed.close([event.participant])
+            self.played.append({"at": now, "event": event.event, "participant": event.participant})
+
+
+def _read_overview(url: str, settings: Settings) -> Overview:
+    with unit_of_work(url) as session:
+        return overview(session, settings)
+
+
+def run_demo(options: DemoOptions, console: Console | None = None) -> dict[str, Any]:
+    console = console or Console()
+    doc = scaled(load_federation(options.federation), options.time_scale)
+    duration = options.duration or doc.simulation.duration_seconds
+    work = options.work or Path(tempfile.mkdtemp(prefix="fedload-demo-"))
+    fed = ProcessFederation(
+        doc,
+        work,
+        database_url=options.database_url,
+        admin_key=secrets.token_urlsafe(16),
+        agent_settings=AgentSettings(
+            interval=doc.simulation.step_seconds,
+            offer_interval=doc.simulation.offer_interval_seconds,
+            hysteresis=doc.simulation.hysteresis,
+            # A taker's Spark starts with its agent, not inside the first move into it.
+            spark_eager=True,
+        ),
+    )
+    with fed:
+        fed.start()
+        console.print(
+            f"service: {fed.url}  (admin UI {fed.url}/admin, key {fed.admin_key}; "
+            f"API docs {fed.url}/docs)"
+        )
+        for p in doc.participants:
+            if not p.joins_at:
+                fed.start_agent(p.name)
+        console.print(f"agents: {', '.join(f'{n} (pid {a.pid})' for n, a in fed.agents.items())}")
+        return _run(doc, options, console, fed, work, duration)
+
+
+def _run(
+    doc: FederationDoc,
+    options: DemoOptions,
+    console: Console,
+    fed: ProcessFederation,
+    work: Path,
+    duration: float,
+) -> dict[str, Any]:
+    admin = fed.admin()
+    settings = Settings(database_url=fed.registry_url, admin_key=fed.admin_key)
+    timeline = _Timeline(doc, fed, admin)
+    loads: dict[str, list[dict[str, float | None]]] = {p.name: [] for p in doc.participants}
+    acceptable_series: list[tuple[float, bool]] = []
+    began = time.monotonic()
+    began_wall = time.time()
+    try:
+        with Live(console=console, refresh_per_second=2) if options.ui else _Quiet() as live:
+            now = 0.0
+            while now <= duration:
+                timeline.play(now)
+                view = _read_overview(fed.registry_url, settings)
+                joined = {n for n in fed.agents}
+                for row in view.rows:
+                    if row.name in joined and row.load is not None:
+                        loads[row.name].append(
+                            {
+                                "at": round(now, 2),
+                                "load": row.load,
+                                "threshold": row.threshold,
+                                "marginal_cost": row.marginal_cost,
+                            }
+                        )
+                acceptable_series.append((now, view.verdict.acceptable))
+                moves = _moves(fed, began_wall)
+                live.update(
+                    render(
+                        now,
+                        [
+                            (
+                                r.name,
+                                r.liveness if r.name in joined else "not joined",
+                                r.load or 0.0,
+                                r.threshold,
+                                r.capacity,
+                                math.inf if r.marginal_cost is None else r.marginal_cost,
+                                r.hosted_tasks,
+                            )
+                            for r in view.rows
+                        ],
+                        moves,
+                        view.verdict.acceptable,
+                        "; ".join(view.verdict.reasons),
+                    )
+                )
+                time.sleep(max(0.0, 1.0 - (time.monotonic() - began - now)))
+                now = time.monotonic() - began
+        return _finish(doc, options, console, fed, admin, began_wall, loads, acceptable_series)
+    finally:
+        admin.close()
+        get_engine(fed.registry_url).dispose()
+
+
+def _moves(fed: ProcessFederation, began_wall: float) -> list[MoveEvent]:
+    moves = []
+    for m in fed.moves():
+        moves.append(
+            MoveEvent(
+                at=round(m["wall"] - began_wall, 2),
+                task=m["task"],
+                src=m["src"],
+                dst=m["dst"],
+                price=m["price"],
+                reason=m["reason"],
+                movement_id=m["movement_id"],
+                state_bytes=m["state_bytes"],
+                timings=m["timings"],
+            )
+        )
+    return sorted(moves, key=lambda m: m.at)
+
+
+def _finish(
+    doc: FederationDoc,
+    options: DemoOptions,
+    console: Console,
+    fed: ProcessFederation,
+    admin: FedloadClient,
+    began_wall: float,
+    loads: dict[str, list[dict[str, float | None]]],
+    acceptable_series: list[tuple[float, bool]],
+) -> dict[str, Any]:
+    moves = _moves(fed, began_wall)
+    processes = fed.processes()
+    console.print("checking the moved fragments' output against a run without moves ...")
+    tasks = {t["name"]: t for t in admin.tasks()}
+    real = [t for t in tasks.values() if t.get("fragment") and t["fragment"] != "generator"]
+    spark = build_session(app_name="fedload-demo-reference", master="local[1]")
+    comparisons = {}
+    for task in real:
+        source = tasks[task["inputs"][0]["task"]]
+        owner = admin.endpoint(task["owner"])
+        assert owner is not None
+        comparisons[task["name"]] = check_fragment(spark, owner, task, source["params"])
+    spark.stop()
+    ledgers = [admin._call("GET", f"/v1/contracts/{c['id']}/ledger") for c in admin.contracts()]
+    balances: dict[str, float] = {}
+    for ledger in ledgers:
+        for party, amount in ledger["balances"].items():
+            balances[party] = balances.get(party, 0.0) + amount
+    settings = Settings(database_url=fed.registry_url, admin_key=fed.admin_key)
+    final = _read_overview(fed.registry_url, settings).verdict
+    stateful = [m for m in moves if m.state_bytes > 0]
+    report: dict[str, Any] = {
+        "federation": doc.name,
+        "processes": processes,
+        "real_fragments": sorted(t["name"] for t in real),
+        "moves": [
+            {
+                "task": m.task,
+                "from": m.src,
+                "to": m.dst,
+                "reason": m.reason,
+                "at": m.at,
+                "price": m.price,
+                "state_bytes": m.state_bytes,
+            }
+            for m in moves
+        ],
+        "move_timings": [dict(m.timings) for m in stateful],
+        "loads": loads,
+        "timeline": [
+            {"at": e.at, "event": e.event, "participant": e.participant} for e in doc.timeline
+        ],
+        "payments": {
+            "total": sum(ledger["total_paid"] for ledger in ledgers),
+            "net_by_participant": balances,
+        },
+        "acceptable_since": _settled_at(acceptable_series, doc),
+        "acceptable": [{"at": t, "acceptable": ok} for t, ok in acceptable_series],
+        "why_not_acceptable": list(final.reasons),
+        "checks": {
+            "output_matches_reference": bool(comparisons)
+            and all(c.matches for c in comparisons.values()),
+            "acceptable_at_end": final.acceptable,
+            "payments_balance": abs(sum(balances.values())) < 1e-9,
+            "moves_happened": bool(moves),
+            "stateful_moves_between_processes": len(stateful) >= 2,
+        },
+        "outputs": {name: c.as_dict() for name, c in comparisons.items()},
+    }
+    write_report(options.report_dir, report)
+    for check, passed in report["checks"].items():
+        console.print(f"{'[green]pass[/]' if passed else '[red]FAIL[/]'} {check}")
+    console.print(f"report: {options.report_dir / 'report.json'}")
+    return report
+
+
+def _settled_at(series: list[tuple[float, bool]], doc: FederationDoc) -> float | None:
+    last_event = max([e.at for e in doc.timeline] + [0.0])
+    since: float | None = None
+    for at, ok in series:
+        if at < last_event:
+            continue
+        if ok and since is None:
+            since = at
+        elif not ok:
+            since = None
+    return since
+
+
+class _Quiet:
+    def __enter__(self) -> _Quiet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, _: object) -> None:
+        return None
+
+
+RunDemo = Callable[[DemoOptions], dict[str, Any]]
