@@ -127,9 +127,22 @@ def whatif(
     state = "acceptable" if summary["acceptable"] else "NOT acceptable"
     console.print(
         f"{doc.name}: final allocation {state}, {summary['moves']} moves, cost "
-        f"{summary['cost']:.4g} vs lower bound {summary['cost_lower_bound']:.4g}; "
+        f"{_figure(summary['cost'])} vs lower bound {_figure(summary['cost_lower_bound'])}; "
         f"report: {out / 'report.html'}"
     )
+    _why_not(summary)
+
+
+def _figure(value: object) -> str:
+    # summary.json writes an infinite cost (an M/M/1 participant at or past capacity) as null.
+    return "infinite" if value is None else f"{value:.4g}"
+
+
+def _why_not(summary: dict[str, object]) -> None:
+    reasons = summary.get("why_not_acceptable") or []
+    assert isinstance(reasons, list)
+    for reason in reasons:
+        console.print(f"  not acceptable: {reason}", highlight=False, soft_wrap=True)
 
 
 _OPTIONS = {
@@ -161,3 +174,4 @@ def _run_large(spec: object, out: Path, master: str | None) -> None:
         f"{spec.participants:,} participants: {state} after {summary['rounds']} rounds "
         f"(first acceptable: {summary['steps_to_acceptable']}); report: {out / 'report.html'}"
     )
+    _why_not(summary)

@@ -120,3 +120,24 @@ def test_missing_file_and_bad_large_options_are_named(tmp_path):
     )
     assert result.exit_code == 1
     assert "--k" in result.output and "even number" in " ".join(result.output.split())
+
+
+def test_demo_without_contracts_is_not_acceptable_and_the_cli_says_why(tmp_path):
+    import yaml
+
+    data = yaml.safe_load(DEMO.read_text())
+    data["contracts"] = []
+    source = tmp_path / "no-contracts.yaml"
+    source.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    result = run(str(source), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["acceptable"] is False and summary["cost"] is None  # A past capacity
+    reason = (
+        "A is over its threshold (130.0 > 100.0) and no contract path leads from A to spare "
+        "capacity (C, D)"
+    )
+    assert summary["why_not_acceptable"][0] == reason
+    flat = " ".join(result.output.split())
+    assert "NOT acceptable" in flat and "cost infinite" in flat and reason in flat
