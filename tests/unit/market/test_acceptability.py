@@ -170,3 +170,15 @@ def test_many_offenders_are_counted_not_listed() -> None:
     assert len(v.offenders) == MAX_EXPLAINED + 3
     assert len(v.reasons) == MAX_EXPLAINED + 1
     assert v.reasons[-1] == "3 more participants are over their thresholds"
+
+
+def test_overloaded_federation_with_cost_models() -> None:
+    # Everyone at or above the threshold: acceptable; C with room for a task: not.
+    ok = judge_allocation([mm1("A", 80), mm1("B", 115), mm1("C", 75)], delta=0.005)
+    assert ok.overloaded and ok.acceptable
+    idle = judge_allocation([mm1("A", 80), mm1("B", 165), mm1("C", 25)], delta=0.005)
+    assert idle.overloaded and not idle.acceptable and idle.offenders == ("C",)
+    assert "while the federation is overloaded" in idle.reasons[0]
+    # B at 75 cannot take a 5-unit task below the price less the band; C at 20 can.
+    v = judge_allocation([mm1("A", 85), mm1("B", 75), mm1("C", 20)], delta=0.005)
+    assert v.reasons == ("A is over its threshold (85.0 > 80.0) while C has room",)
