@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.federation.document import ParticipantSpec
-from app.market import bpm, copies
+from app.market import bpm, copies, protocol
 from app.market.cost_models import (
     CostModel,
     build_cost_model,
@@ -90,8 +90,20 @@ class BpmDecisions:
                     removed += size
             if chosen:
                 shed = tuple(t for t in chosen if t in replicas)
-                return OfferPlan(contract.id, contract.partner, tuple(chosen), price, shed)
+                reservation = protocol.giver_reservation(self.model, load, removed, delta)
+                return OfferPlan(
+                    contract.id,
+                    contract.partner,
+                    tuple(chosen),
+                    price,
+                    shed,
+                    # Above the range it says no more than price_max would (the registry clips).
+                    max(price, min(reservation, contract.price_max)),
+                )
         return None
+
+    def taker_reservation(self, load: float, taken: float) -> float:
+        return protocol.taker_reservation(self.model, load, taken, self.hysteresis)
 
     def choose_accepted(
         self,

@@ -104,8 +104,11 @@ class FedloadClient:
         loads: dict[str, float] | None = None,
         relay_for: int | None = None,
         replicas: list[str] | None = None,
+        reservation_price: float | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {"contract_id": contract_id, "tasks": tasks, "price": price}
+        if reservation_price is not None:
+            body["reservation_price"] = reservation_price
         if replicas:
             body["replicas"] = replicas
         if loads is not None:
@@ -123,8 +126,11 @@ class FedloadClient:
         version: int,
         tasks: list[str] | None = None,
         replicas: list[str] | None = None,
+        reservation_price: float | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {"version": version}
+        if reservation_price is not None:
+            body["reservation_price"] = reservation_price
         if tasks is not None:
             body["tasks"] = tasks
         if replicas is not None:

@@ -29,6 +29,9 @@ class OfferPlan:
     tasks: tuple[str, ...]
     price: float
     replicas: tuple[str, ...] = ()  # which of ``tasks`` are replicas this participant hosts
+    # The most the giver would pay per unit for these tasks (its saving less the band), sent
+    # with the offer so the registry can settle the price between both sides' reservations.
+    reservation: float | None = None
 
 
 class Decisions(Protocol):
@@ -58,6 +61,10 @@ class Decisions(Protocol):
 
         ``replicas`` are the movable names that are replicas (only over replica-hosting
         contracts); ``held_by`` the tasks each partner is known to host a copy of already."""
+        ...
+
+    def taker_reservation(self, load: float, taken: float) -> float:
+        """The least this participant takes per unit to add ``taken`` units at ``load``."""
         ...
 
     def choose_accepted(

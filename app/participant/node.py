@@ -14,10 +14,10 @@ import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
+from app.market.protocol import plan_room, take_after_room
 from app.participant.client import ApiError, FedloadClient
 from app.participant.decisions import ContractView, Decisions
 from app.participant.ports import Host, MovementRecord, Mover, TaskRecord
-from app.participant.relay import plan_room, take_after_room
 
 log = logging.getLogger("fedload.agent")
 
@@ -56,7 +56,7 @@ class AgentState:
     last_offer: tuple[int, str] | None = None  # (offer id, partner) of the latest offer made
     refused_at: dict[str, float] = field(default_factory=dict)  # partner -> when it last refused
     offered_at: dict[str, float] = field(default_factory=dict)  # partner -> when it last shed to me
-    # upstream offer id -> the room-making relay under way for it (see app.participant.relay)
+    # upstream offer id -> the room-making relay under way for it (see app.market.protocol.plan_room)
     relays: dict[int, PendingRelay] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
@@ -176,17 +176,30 @@ class Agent:
                     self.client.reject(offer["id"], offer["version"])
                     continue
                 replicas = set(offer.get("replicas", []))
+                reservation = self.decisions.taker_reservation(
+                    load, sum(offered[t] for t in chosen)
+                )
                 accepted = self.client.accept(
                     offer["id"],
                     offer["version"],
                     [t for t in chosen if t not in replicas],
                     [t for t in chosen if t in replicas],
+                    reservation_price=reservation if math.isfinite(reservation) else None,
                 )
             except ApiError as exc:
                 self.state.errors.append(f"offer {offer['id']}: {exc.detail}")
+                if exc.status == 409 and exc.field == "reservation_price":
+                    # No price suits both of us: decline, so the giver tries elsewhere.
+                    self._reject_quietly(offer)
                 continue
             self._perform(now, accepted)
             loads = {**loads, **{t: offered[t] for t in chosen}}
+
+    def _reject_quietly(self, offer: dict) -> None:
+        try:
+            self.client.reject(offer["id"], offer["version"])
+        except ApiError as exc:
+            self.state.errors.append(f"offer {offer['id']}: {exc.detail}")
 
     def _available_partners(self, now: float, liveness: Mapping[str, str]) -> dict[str, bool]:
         # A partner that just refused load, or just tried to shed load to me, is loaded itself:
@@ -345,6 +358,7 @@ class Agent:
                 plan.price,
                 {t: movable[t] for t in plan.tasks},
                 replicas=list(plan.replicas),
+                reservation_price=plan.reservation,
             )
         except ApiError as exc:
             self.state.errors.append(f"offer to {plan.partner}: {exc.detail}")

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.market.protocol import plan_room, take_after_room
 from app.participant.decisions import ContractView
-from app.participant.relay import plan_room, take_after_room
 
 CONTRACTS = [
     ContractView(1, "B", 0.24, 0.26, 30),
