@@ -115,6 +115,24 @@ def host_each_others_tasks(session: Session, a: int, b: int) -> bool:
     return bool(session.scalar(select(or_(primary, replica))))
 
 
+def receiving_task_of(session: Session, me: int, owner: int) -> bool:
+    """A prepared movement brings a task ``owner`` owns to ``me``: the new host will read its
+    inputs from and write its output to the owner's endpoint, contract with the owner or not
+    (the last hop of a chain)."""
+    return bool(
+        session.scalar(
+            select(
+                exists().where(
+                    Movement.to_id == me,
+                    Movement.status == MovementStatus.prepared,
+                    Movement.task_id == Task.id,
+                    Task.owner_id == owner,
+                )
+            )
+        )
+    )
+
+
 def moving_between(session: Session, a: int, b: int) -> bool:
     """A prepared movement has one as its source and the other as its target."""
     return bool(

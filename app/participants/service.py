@@ -65,7 +65,8 @@ def get_participant(session: Session, name: str) -> Participant:
 def endpoint_of(session: Session, principal: Principal, name: str) -> Participant:
     """``name``, for a caller with a reason to reach its agent: an admin, ``name`` itself, a
     party to an active contract with it, a participant hosting a task it owns or owning a task
-    it hosts (primary or replica), or the other side of a movement in flight with it. Anyone
+    it hosts (primary or replica), the other side of a movement in flight with it, or the
+    target of a movement in flight of a task it owns (a chain's last hop). Anyone
     else gets 404, as for an unknown name: who works with whom is private (DESIGN.md,
     invariant 2)."""
     participant = repository.get_by_name(session, name)
@@ -84,6 +85,7 @@ def _works_with(session: Session, me: int | None, other: int) -> bool:
         repository.have_active_contract(session, me, other, utcnow())
         or repository.host_each_others_tasks(session, me, other)
         or repository.moving_between(session, me, other)
+        or repository.receiving_task_of(session, me, other)
     )
 
 

@@ -119,3 +119,26 @@ def test_a_movement_in_flight_opens_both_ways_until_it_ends(api: Api) -> None:
     aborted = api.post("A", f"/v1/movements/{moved.json()['id']}/abort")
     assert aborted.status_code == 200, aborted.text
     assert visible(api, "D") == set() and visible(api, "A") == set()
+
+
+def test_the_target_of_a_chain_s_last_hop_finds_the_owner(api: Api) -> None:
+    """A's task runs at B and moves on to C, which has no contract with A: C must still reach
+    A's endpoint (the task's inputs and output log live there), and only while it moves."""
+    abcd(api)
+    assert api.post("A", "/v1/tasks", {"name": "q1", "load": 5.0}).status_code == 201
+    first = api.post("A", "/v1/movements", {"task": "q1", "to": "B", "reason": "failover"})
+    assert first.status_code == 201, first.text
+    epoch = first.json()["epoch"]
+    assert (
+        api.post("B", f"/v1/movements/{first.json()['id']}/commit", {"epoch": epoch}).status_code
+        == 200
+    )
+    assert lookup(api, "C", "A").status_code == 404
+    onward = api.post("B", "/v1/movements", {"task": "q1", "to": "C", "reason": "failover"})
+    assert onward.status_code == 201, onward.text
+    found = lookup(api, "C", "A")
+    assert found.status_code == 200, found.text
+    assert found.json()["endpoint"] == FLIGHT["A"]
+    assert lookup(api, "D", "A").status_code == 404  # a stranger still learns nothing
+    assert api.post("C", f"/v1/movements/{onward.json()['id']}/abort").status_code == 200
+    assert lookup(api, "C", "A").status_code == 404

@@ -82,3 +82,23 @@ def overload_s(admin: FedloadClient) -> None:
 
 def movements(admin: FedloadClient) -> list[dict[str, Any]]:
     return admin.movements()
+
+
+def pause_at(fed_data_dir: Path, step: str, timeout: float = 180.0) -> None:
+    """Wait until the agent whose data directory this is paused at ``step`` of a move
+    (started with FEDLOAD_FAULT_PAUSE=step)."""
+    wait_for(f"a pause at {step}", lambda: (fed_data_dir / f"paused-{step}").exists(), timeout)
+
+
+def resume(fed_data_dir: Path, step: str) -> None:
+    (fed_data_dir / f"resume-{step}").write_text("go")
+
+
+def latest_movement(admin: FedloadClient, task: str) -> dict[str, Any]:
+    return max((m for m in admin.movements() if m["task"] == task), key=lambda m: m["id"])
+
+
+def grows(admin: FedloadClient, task: str, by: int = 20, timeout: float = 120.0) -> None:
+    """The task's output log keeps growing: some host runs it and writes to its owner's log."""
+    before = output_rows(admin, task)
+    wait_for(f"{task}'s output to grow", lambda: output_rows(admin, task) >= before + by, timeout)

@@ -53,9 +53,7 @@ def test_a_stateful_fragment_moves_between_agent_processes_and_outlives_a_servic
         fed.wait_for_service()
         wait_for(
             "every agent to heartbeat again",
-            lambda: all(
-                p["liveness"] == "online" for p in admin._call("GET", "/v1/participants")
-            ),
+            lambda: all(p["liveness"] == "online" for p in admin._call("GET", "/v1/participants")),
         )
         wait_for(
             "O.x's output to grow at T after the outage",
