@@ -27,6 +27,7 @@ fragment only if the registry still names it the host.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -54,13 +55,16 @@ from spark_jobs.session import build_session
 log = logging.getLogger("fedload.agent.host")
 
 BUCKET_SECONDS = 1.0
-# The registry's declared load of a fragment task is its load at the catalogue generator's
-# default rate; measured load scales it by the rows per second Spark actually processes
-# (Borealis: load = input rate x per-tuple cost).
+# Borealis's load: input rate x per-tuple cost, 1 unit = 1% of a reference CPU. The per-row
+# cost is the host's own: by default a fragment fed by the catalogue generator at its default
+# rate (60 rows/s) counts 5 units, the declared load of the demo's tasks. It never derives from
+# the registry's load, which a move sets to what the giver measured and sold.
 NOMINAL_ROWS_PER_SECOND = 60.0
-LOAD_WINDOW_SECONDS = 10.0
+LOAD_PER_ROW = 5.0 / NOMINAL_ROWS_PER_SECOND
+LOAD_WINDOW = 10.0
+MIN_MEASURED_BUCKETS = 3
 # A move waits this long for the first batch at its new host, to report the move's downtime.
-FIRST_BATCH_WAIT_SECONDS = 15.0
+FIRST_BATCH_WAIT_SECONDS = 5.0
 # Crash tests pause an agent at a step of a move (FEDLOAD_FAULT_PAUSE=committed, say) and kill it
 # there; nothing else sets this.
 FAULT_PAUSE_ENV = "FEDLOAD_FAULT_PAUSE"
@@ -126,8 +130,10 @@ class SparkParticipantHost:
         advertise: str | None = None,
         spark: Callable[[], SparkSession] | None = None,
         accept_fragments: frozenset[str] | None = None,
+        load_per_row: float = LOAD_PER_ROW,
     ) -> None:
         self.name = name
+        self._load_per_row = load_per_row
         self._client = client
         self._data_dir = Path(data_dir)
         host, port = parse_address(listen)
@@ -141,7 +147,8 @@ class SparkParticipantHost:
         # Release, reinstate and retire requests from other agents are checked here against the
         # registry, under the lock that also guards the tick's starts and stops.
         self.server.handler = self
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # guards the maps; per-fragment locks guard starts/stops
+        self._fragment_locks: dict[str, threading.RLock] = {}
         self._accept = accept_fragments
         self._records: dict[str, TaskRecord] = {}
         self._released: dict[str, int] = {}  # fragment -> the prepared movement it was released for
@@ -149,6 +156,7 @@ class SparkParticipantHost:
         self._declared: set[str] = set()
         self._publishers: dict[str, _Publisher] = {}
         self._endpoints: dict[str, str] = {}
+        self._warming: threading.Thread | None = None
         self._pause = PausePoints(self._data_dir, os.environ.get(FAULT_PAUSE_ENV))
         self.errors: list[str] = []
 
@@ -156,35 +164,51 @@ class SparkParticipantHost:
     def endpoint(self) -> str:
         return self.server.location
 
-    def warm(self) -> threading.Thread:
-        """Start Spark now, in the background, instead of at the first fragment: a move into a
-        cold agent would otherwise wait for a JVM (10-20 s here) before the first batch."""
-        thread = threading.Thread(target=lambda: self.runtime.spark, name="spark-warm", daemon=True)
-        thread.start()
-        return thread
+    def warm(self) -> None:
+        """Start Spark in the background (once): a move into a cold agent would otherwise wait
+        for a JVM (10-60 s here) before its first batch."""
+        with self._lock:
+            if self._warming is None or (
+                not self._warming.is_alive() and not self.runtime.has_spark
+            ):
+                self._warming = threading.Thread(
+                    target=self._start_spark, name="spark-warm", daemon=True
+                )
+                self._warming.start()
+
+    def _start_spark(self) -> None:
+        try:
+            self.runtime.spark  # noqa: B018 - the property builds the session
+        except Exception as error:
+            self._note(f"Spark did not start: {error}")
 
     # -- Host ------------------------------------------------------------------------------
     def reconcile(self, tasks: Sequence[TaskRecord]) -> None:
         self._endpoints = {}  # read partners' endpoints afresh each tick: an agent may restart
-        with self._lock:
-            self._records = {t.name: t for t in tasks}
-            for task in tasks:
-                if task.owner == self.name and task.real:
-                    self._declare(task.output_stream)
-            for task in tasks:
-                if task.host != self.name or not task.real:
-                    continue
-                try:
-                    if task.source:
-                        self._publish(task)
-                    else:
+        self._records = {t.name: t for t in tasks}
+        for task in tasks:
+            if task.owner == self.name and task.real:
+                self._declare(task.output_stream)
+        for task in tasks:
+            if task.host != self.name or not task.real:
+                continue
+            try:
+                if task.source:
+                    self._publish(task)
+                else:
+                    # Per fragment: a release of one waits for nothing but that fragment.
+                    with self._fragment_lock(task.name):
                         self._ensure_running(task)
-                except Exception as error:  # one fragment's trouble must not stop the others
-                    self._note(f"{task.name}: {type(error).__name__}: {error}")
-            self._drop_moved_away()
+            except Exception as error:  # one fragment's trouble must not stop the others
+                self._note(f"{task.name}: {type(error).__name__}: {error}")
+        self._drop_moved_away()
 
     def loads(self, tasks: Sequence[TaskRecord]) -> dict[str, float]:
         return {t.name: self._measured(t) for t in tasks}
+
+    def _fragment_lock(self, fragment: str) -> threading.RLock:
+        with self._lock:
+            return self._fragment_locks.setdefault(fragment, threading.RLock())
 
     def close(self) -> None:
         with self._lock:
@@ -260,7 +284,7 @@ class SparkParticipantHost:
                 f"movement {movement} does not release {fragment} from {self.name} "
                 f"(it is {record.status}, moving {record.task} from {record.source})"
             )
-        with self._lock:
+        with self._fragment_lock(fragment):
             self._released[fragment] = movement
             self.runtime.stop(fragment)
         self._pause("released")
@@ -268,14 +292,14 @@ class SparkParticipantHost:
 
     def reinstate(self, fragment: str, epoch: int) -> None:
         # The target aborted: run it here again once the registry agrees the move is off.
-        with self._lock:
+        with self._fragment_lock(fragment):
             self._resolve_release(fragment)
             record = self._records.get(fragment)
             if record is not None and fragment not in self._released:
                 self._ensure_running(record)
 
     def retire(self, fragment: str) -> None:
-        with self._lock:
+        with self._fragment_lock(fragment):
             if self._gone(fragment):
                 self._released.pop(fragment, None)
                 self.runtime.retire(fragment)
@@ -367,6 +391,11 @@ class SparkParticipantHost:
         spec = self._spec(task)
         if spec is None:
             return  # the owner's endpoint is not known yet (its agent has not reported)
+        if not self.runtime.has_spark:
+            # The JVM takes 10-60 s to start: never inside a tick, which must keep heartbeating
+            # and trading meanwhile. The fragment starts at the first tick after it is up.
+            self.warm()
+            return
         if self.runtime.is_running(task.name):
             running = self.runtime.running_spec(task.name)
             if running is not None and running.output == spec.output:
@@ -398,7 +427,8 @@ class SparkParticipantHost:
             if record is None and not self._gone(fragment):
                 continue
             log.info("%s is hosted elsewhere now; dropping the local copy", fragment)
-            self.runtime.retire(fragment)
+            with self._fragment_lock(fragment):
+                self.runtime.retire(fragment)
             shutil.rmtree(root / fragment, ignore_errors=True)
 
     def _gone(self, fragment: str) -> bool:
@@ -415,13 +445,30 @@ class SparkParticipantHost:
             return task.load
         progress = self.runtime.query(task.name).recentProgress
         now = time.time()
-        stamps = [(_epoch_seconds(p["timestamp"]), int(p["numInputRows"])) for p in progress]
-        # A query younger than the window is catching up on what queued while it started (a
-        # backlog of seconds read in a few batches): that burst is no steady load to trade on.
-        if not stamps or now - stamps[0][0] < LOAD_WINDOW_SECONDS:
+        recent = [p for p in progress if _epoch_seconds(p["timestamp"]) >= now - LOAD_WINDOW]
+        # Rows per second of event time (SUnion's offsets are one-second buckets), not per
+        # second of wall time: a query catching up on a backlog reads many seconds of input in
+        # one batch, and that burst is no steady load to trade on (a catch-up measured at 4x
+        # its rate was sold at that load, and the next host measured against it).
+        if not recent:
             return task.load
-        rows = sum(rows for at, rows in stamps if at >= now - LOAD_WINDOW_SECONDS)
-        return rows / LOAD_WINDOW_SECONDS * task.load / NOMINAL_ROWS_PER_SECOND
+        first, last = _bucket(recent[0], "startOffset"), _bucket(recent[-1], "endOffset")
+        if first is None or last is None or last - first < MIN_MEASURED_BUCKETS:
+            return task.load
+        rows = sum(int(p["numInputRows"]) for p in recent)
+        return rows / (last - first) * self._load_per_row
+
+
+def _bucket(progress: Mapping[str, Any], which: str) -> int | None:
+    sources = progress.get("sources") or []
+    if not sources:
+        return None
+    offset = sources[0].get(which)
+    if isinstance(offset, str):
+        offset = json.loads(offset) if offset not in ("", "null") else None
+    if not isinstance(offset, Mapping) or "bucket" not in offset:
+        return None
+    return int(offset["bucket"])
 
 
 def _epoch_seconds(stamp: str) -> float:

@@ -124,7 +124,8 @@ class ProcessFederation:
     work: Path
     database_url: str | None = None
     lease_seconds: float = 60.0
-    heartbeat_interval: float = 1.0
+    # Agents heartbeat once per tick, and a tick that carries a move takes a few seconds.
+    heartbeat_interval: float = 2.0
     admin_key: str = "federation-admin-key"
     agent_settings: AgentSettings = field(default_factory=AgentSettings)
     keys: dict[str, str] = field(default_factory=dict)

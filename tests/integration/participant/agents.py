@@ -77,7 +77,7 @@ def _info(admin: FedloadClient, task: str) -> dict[str, Any]:
 def overload_s(admin: FedloadClient) -> None:
     """S.base grows past S's threshold with O.x on top: S must shed O.x, its only movable task.
     O sits near its own threshold, so T (empty) is the partner with room."""
-    admin._call("PATCH", "/v1/tasks/S.base", json={"load": 75, "pinned": True})
+    admin._call("PATCH", "/v1/tasks/S.base", json={"load": 78, "pinned": True})
 
 
 def movements(admin: FedloadClient) -> list[dict[str, Any]]:
