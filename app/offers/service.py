@@ -247,7 +247,10 @@ def accept(
             session,
             task,
             target,
-            reason=MovementReason.load,
+            # Back to its owner is a move-back: the payment for it stops at the commit.
+            reason=MovementReason.move_back
+            if task.owner_id == target.id and task.host_id != target.id
+            else MovementReason.load,
             actor=principal.actor,
             contract=contract,
             price=price,

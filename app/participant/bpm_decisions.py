@@ -102,6 +102,14 @@ class BpmDecisions:
                 )
         return None
 
+    def returns(
+        self, *, load: float, task_load: float, price: float, held_for: float, min_move: float
+    ) -> bool:
+        placement = protocol.Placement("", task_load, "", price, 0.0, min_move)
+        return protocol.host_returns(
+            placement, protocol.Side(self.model, load), held_for, self.hysteresis
+        )
+
     def taker_reservation(self, load: float, taken: float) -> float:
         return protocol.taker_reservation(self.model, load, taken, self.hysteresis)
 

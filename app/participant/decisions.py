@@ -63,6 +63,14 @@ class Decisions(Protocol):
         contracts); ``held_by`` the tasks each partner is known to host a copy of already."""
         ...
 
+    def returns(
+        self, *, load: float, task_load: float, price: float, held_for: float, min_move: float
+    ) -> bool:
+        """Move-back, the host's half: a task held ``held_for`` seconds at ``price`` goes back
+        to where it came from, once ``min_move`` seconds have passed and shedding it saves this
+        participant more than it is paid (app.market.protocol.host_returns)."""
+        ...
+
     def taker_reservation(self, load: float, taken: float) -> float:
         """The least this participant takes per unit to add ``taken`` units at ``load``."""
         ...

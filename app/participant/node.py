@@ -13,6 +13,7 @@ import logging
 import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from app.market.protocol import plan_room, take_after_room
 from app.participant.client import ApiError, FedloadClient
@@ -56,7 +57,7 @@ class AgentState:
     last_offer: tuple[int, str] | None = None  # (offer id, partner) of the latest offer made
     refused_at: dict[str, float] = field(default_factory=dict)  # partner -> when it last refused
     offered_at: dict[str, float] = field(default_factory=dict)  # partner -> when it last shed to me
-    # upstream offer id -> the room-making relay under way for it (see app.market.protocol.plan_room)
+    # upstream offer id -> the room-making relay under way for it (protocol.plan_room)
     relays: dict[int, PendingRelay] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
@@ -338,6 +339,8 @@ class Agent:
         if self.state.relays or any(o["status"] == "open" for o in mine):
             return
         self._note_refusal(now, mine)
+        if self._maybe_move_back(tasks, loads, contracts):
+            return
         available = self._available_partners(now, liveness)
         movable = {t["name"]: loads[t["name"]] for t in tasks if _movable(t)}
         movable.update({name: loads[name] for name in self.state.replicas})
@@ -368,6 +371,49 @@ class Agent:
             return
         self.state.last_offer = (int(made["id"]), plan.partner)
 
+    def _maybe_move_back(
+        self, tasks: list[dict], loads: dict[str, float], contracts: list[ContractView]
+    ) -> bool:
+        """Offer one task that I host for its owner back to the owner, at the price in force,
+        once the contract's minimum move duration has passed and keeping it costs me more than
+        it pays (DESIGN.md: "after the minimum move duration, load moves back when that is
+        cheaper for both"; the owner's acceptance is the other half)."""
+        by_id = {c.id: c for c in contracts}
+        load = sum(loads.values())
+        wall = datetime.now(UTC)
+        for task in tasks:
+            contract = by_id.get(task.get("contract_id") or -1)
+            if (
+                task["owner"] == self.name
+                or task.get("price") is None
+                or contract is None
+                or contract.partner != task["owner"]
+                or not _movable(task)
+            ):
+                continue
+            held_for = (wall - _when(task["host_since"])).total_seconds()
+            if not self.decisions.returns(
+                load=load,
+                task_load=loads[task["name"]],
+                price=float(task["price"]),
+                held_for=held_for,
+                min_move=contract.min_move_seconds,
+            ):
+                continue
+            try:
+                made = self.client.offer(
+                    contract.id,
+                    [task["name"]],
+                    float(task["price"]),
+                    {task["name"]: loads[task["name"]]},
+                )
+            except ApiError as exc:
+                self.state.errors.append(f"move-back of {task['name']}: {exc.detail}")
+                continue
+            self.state.last_offer = (int(made["id"]), contract.partner)
+            return True
+        return False
+
     def _note_refusal(self, now: float, mine: list[dict]) -> None:
         # Prices are often equal across contracts, so "cheapest partner first" would name the
         # same partner forever; a partner that refused (or took only part) is skipped for a few
@@ -383,6 +429,11 @@ class Agent:
 
 def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
+
+
+def _when(stamp: str | datetime) -> datetime:
+    moment = stamp if isinstance(stamp, datetime) else datetime.fromisoformat(stamp)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _movable(task: dict) -> bool:

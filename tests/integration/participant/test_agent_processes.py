@@ -4,6 +4,7 @@ Spark, move a stateful fragment between processes over Flight (move-federation.y
 from __future__ import annotations
 
 import time
+from datetime import datetime
 
 import pytest
 
@@ -11,6 +12,7 @@ from spark_jobs.scenarios.reference import check_fragment
 from tests.integration.participant.agents import (
     GENERATOR,
     federation,
+    grows,
     host_of,
     output_rows,
     overload_s,
@@ -61,6 +63,30 @@ def test_a_stateful_fragment_moves_between_agent_processes_and_outlives_a_servic
         )
         assert host_of(admin, "O.x") == "T"
         assert len(set(fed.processes().values())) == 4  # three agents and the service
+
+        # Move-back: O makes room and T gets loaded; once the contract's minimum move duration
+        # has passed, keeping O.x costs T more than O pays, so T returns it and O takes it.
+        admin._call("PATCH", "/v1/tasks/O.base", json={"load": 0, "pinned": True})
+        admin._call("PATCH", "/v1/tasks/T.base", json={"load": 78, "pinned": True})
+        back = wait_for(
+            "T to return O.x to O",
+            lambda: [m for m in fed.moves() if m["reason"] == "move_back"],
+        )
+        assert [(m["task"], m["src"], m["dst"]) for m in back] == [("O.x", "T", "O")]
+        assert back[0]["state_bytes"] > 10_000
+        assert host_of(admin, "O.x") == "O"
+        there, returned = (
+            sorted(
+                (m for m in admin.movements() if m["status"] == "committed"), key=lambda m: m["id"]
+            )
+        )[-2:]
+        held = (
+            datetime.fromisoformat(returned["prepared_at"])
+            - datetime.fromisoformat(there["finished_at"])
+        ).total_seconds()
+        assert held >= 10, "returned before the contract's minimum move duration"
+        assert admin.task("O.x")["price"] is None  # at home: nobody pays for it any more
+        grows(admin, "O.x")
 
         comparison = check_fragment(spark, admin.endpoint("O"), admin.task("O.x"), GENERATOR)
         assert comparison.matches, comparison.as_dict()
