@@ -441,9 +441,10 @@ class SparkParticipantHost:
         return bool(lease["host"] != self.name)
 
     def _measured(self, task: TaskRecord) -> float:
-        if not self.runtime.is_running(task.name):
+        try:
+            progress = self.runtime.query(task.name).recentProgress
+        except KeyError:  # not started here, or released for a move since the tick began
             return task.load
-        progress = self.runtime.query(task.name).recentProgress
         now = time.time()
         recent = [p for p in progress if _epoch_seconds(p["timestamp"]) >= now - LOAD_WINDOW]
         # Rows per second of event time (SUnion's offsets are one-second buckets), not per

@@ -10,6 +10,7 @@ the new host may make itself the host of record.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from app.participant.client import ApiError, FedloadClient
 from app.participant.ports import MovementRecord
@@ -129,7 +130,17 @@ class PreparedMovementCoordinator:
                 raise
 
     def current_epoch(self, fragment: str) -> int:
-        return int(self._client.lease(fragment)["epoch"])
+        return int(self._lease(fragment).get("epoch", -1))
 
     def host(self, fragment: str) -> str:
-        return str(self._client.lease(fragment)["host"])
+        return str(self._lease(fragment).get("host", ""))
+
+    def _lease(self, fragment: str) -> dict[str, Any]:
+        try:
+            return self._client.lease(fragment)
+        except ApiError as exc:
+            if exc.status == 404:
+                # The registry hides a task from a participant that neither hosts it nor is
+                # about to: after an aborted move that is the answer "not you".
+                return {}
+            raise
