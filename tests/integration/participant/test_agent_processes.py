@@ -22,6 +22,7 @@ from tests.integration.participant.agents import (
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
+@pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
 def test_a_stateful_fragment_moves_between_agent_processes_and_outlives_a_service_restart(
     db_url, tmp_path, spark
 ):
@@ -91,3 +92,7 @@ def test_a_stateful_fragment_moves_between_agent_processes_and_outlives_a_servic
         comparison = check_fragment(spark, admin.endpoint("O"), admin.task("O.x"), GENERATOR)
         assert comparison.matches, comparison.as_dict()
         assert comparison.rows > 100
+
+        # SIGTERM ends each agent cleanly: its tick finishes, its fragments stop after their
+        # last batch, and it exits 0 (a crash test restarts a host from its checkpoint).
+        assert [fed.agents[name].terminate(timeout=60) for name in ("S", "T", "O")] == [0, 0, 0]
