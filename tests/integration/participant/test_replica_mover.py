@@ -14,6 +14,7 @@ from app.participant.bpm_decisions import BpmDecisions
 from app.participant.client import FedloadClient
 from app.participant.command import RegistryLoads
 from app.participant.node import Agent, MoveEvent
+from app.participant.ports import MovementRecord, Received
 from app.settings import Settings
 from tests.support.federation import register_participants, sign_contract
 from tests.support.live_server import serve
@@ -47,18 +48,18 @@ class RecordingMover:
     standby_follows: bool = True
     calls: list[tuple[str, ...]] = field(default_factory=list)
 
-    def receive(self, task: str, source: str, target: str, movement_id: int, epoch: int) -> None:
-        self.calls.append(("receive", task, source, target))
-        self.client.commit(movement_id, epoch)
+    def receive(self, movement: MovementRecord) -> Received:
+        self.calls.append(("receive", movement.task, movement.source, movement.target))
+        self.client.commit(movement.id, movement.epoch)
+        return Received()
 
-    def receive_replica(
-        self, task: str, source: str, target: str, movement_id: int, epoch: int
-    ) -> None:
-        self.calls.append(("receive_replica", task, source, target))
+    def receive_replica(self, movement: MovementRecord) -> Received:
+        self.calls.append(("receive_replica", movement.task, movement.source, movement.target))
         if not self.standby_follows:
-            self.client.abort(movement_id)
+            self.client.abort(movement.id)
             raise RuntimeError("the checkpoint did not reach the new host")
-        self.client.commit(movement_id, epoch)
+        self.client.commit(movement.id, movement.epoch)
+        return Received()
 
 
 def agent(name: str, client: FedloadClient, mover: Any, moves: list[MoveEvent]) -> Agent:
