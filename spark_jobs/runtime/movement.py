@@ -228,8 +228,13 @@ def relocate(
         if not outcome:
             coordinator.abort(move.movement_id, f"commit failed: {error}")
             target.discard(fragment.name)
-            checkpoint_source.reinstate(fragment, previous_epoch)
-            raise MoveAborted(f"commit of {fragment.name} failed: {error}") from error
+            note = ""
+            try:
+                checkpoint_source.reinstate(fragment, previous_epoch)
+            except Exception as failure:
+                # Still the host of record; its agent restarts it from its own checkpoint.
+                note = f"; the source did not resume: {failure}"
+            raise MoveAborted(f"commit of {fragment.name} failed: {error}{note}") from error
         epoch = move.epoch
     mark("committed")
     try:

@@ -124,9 +124,12 @@ def test_the_source_killed_at_each_phase_leaves_one_host_and_exact_output(db_url
             "T to abort the movement", lambda: latest_movement(admin, "O.x")["status"] == "aborted"
         )
         assert host_of(admin, "O.x") == "S"
-        t_data = restart_t(fed, "restored")
+        # S comes back unloaded (so it resumes O.x before trading), then is loaded again.
+        admin._call("PATCH", "/v1/tasks/S.base", json={"load": 10})
         fed.start_agent("S")
         grows(admin, "O.x")
+        t_data = restart_t(fed, "restored")
+        overload_s(admin)
 
         # shipped: S released O.x and T holds the verified checkpoint when S dies. T commits
         # and runs it; the restarted S sees another host and drops its copy.
