@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from pyspark.sql import SparkSession
 from rich.console import Console
 from rich.live import Live
 
@@ -232,14 +233,17 @@ def _finish(
     console.print("checking the moved fragments' output against a run without moves ...")
     tasks = {t["name"]: t for t in admin.tasks()}
     real = [t for t in tasks.values() if t.get("fragment") and t["fragment"] != "generator"]
-    spark = build_session(app_name="fedload-demo-reference", master="local[1]")
+    # A session this process already runs (a test's) is borrowed, and left running.
+    borrowed = SparkSession.getActiveSession()
+    spark = borrowed or build_session(app_name="fedload-demo-reference", master="local[1]")
     comparisons = {}
     for task in real:
         source = tasks[task["inputs"][0]["task"]]
         owner = admin.endpoint(task["owner"])
         assert owner is not None
         comparisons[task["name"]] = check_fragment(spark, owner, task, source["params"])
-    spark.stop()
+    if borrowed is None:
+        spark.stop()
     ledgers = [admin._call("GET", f"/v1/contracts/{c['id']}/ledger") for c in admin.contracts()]
     balances: dict[str, float] = {}
     for ledger in ledgers:
