@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from app.market.protocol import plan_room, take_after_room
-from app.participant.client import ApiError, FedloadClient
+from app.participant.client import ApiError
 from app.participant.decisions import ContractView, Decisions
-from app.participant.ports import Host, MovementRecord, Mover, TaskRecord
+from app.participant.ports import Host, MovementRecord, Mover, Registry, TaskRecord
 
 log = logging.getLogger("fedload.agent")
 
@@ -66,7 +66,7 @@ class Agent:
     def __init__(
         self,
         name: str,
-        client: FedloadClient,
+        client: Registry,
         decisions: Decisions,
         host: Host,
         mover: Mover,

@@ -103,6 +103,47 @@ class Received:
     timings: Mapping[str, float] = field(default_factory=dict)
 
 
+class Registry(Protocol):
+    """The registry as a participant reaches it: ``FedloadClient`` over REST, or an in-memory
+    stand-in in unit tests. Rows are the service's read schemas as JSON objects."""
+
+    def heartbeat(self, **report: Any) -> dict[str, Any]: ...
+
+    def contracts(self, status: str | None = None) -> list[dict[str, Any]]: ...
+
+    def tasks(self) -> list[dict[str, Any]]: ...
+
+    def task(self, name: str) -> dict[str, Any]: ...
+
+    def replicas(self) -> list[dict[str, Any]]: ...
+
+    def offers(self, status: str | None = None) -> list[dict[str, Any]]: ...
+
+    def offer(
+        self,
+        contract_id: int,
+        tasks: list[str],
+        price: float,
+        loads: dict[str, float] | None = None,
+        relay_for: int | None = None,
+        replicas: list[str] | None = None,
+        reservation_price: float | None = None,
+    ) -> dict[str, Any]: ...
+
+    def accept(
+        self,
+        offer_id: int,
+        version: int,
+        tasks: list[str] | None = None,
+        replicas: list[str] | None = None,
+        reservation_price: float | None = None,
+    ) -> dict[str, Any]: ...
+
+    def reject(self, offer_id: int, version: int) -> dict[str, Any]: ...
+
+    def movement(self, movement_id: int) -> dict[str, Any]: ...
+
+
 class Host(Protocol):
     @property
     def endpoint(self) -> str | None:

@@ -1,0 +1,183 @@
+"""The participant node's market decisions against an in-memory registry (no service, no Spark):
+move-back after the minimum duration, both sides' reservation prices, the fragments it accepts."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from app.participant.bpm_decisions import BpmDecisions
+from app.participant.client import ApiError
+from app.participant.node import Agent
+from app.participant.ports import MovementRecord, NoHost, Received
+
+ONLINE = {"O": "online", "T": "online", "B": "online"}
+
+
+@dataclass
+class MemoryRegistry:
+    """What one participant sees of the registry; records what it is asked to do."""
+
+    me: str
+    tasks_: list[dict[str, Any]] = field(default_factory=list)
+    contracts_: list[dict[str, Any]] = field(default_factory=list)
+    offers_: list[dict[str, Any]] = field(default_factory=list)
+    made: list[dict[str, Any]] = field(default_factory=list)
+    accepted: list[dict[str, Any]] = field(default_factory=list)
+    rejected: list[int] = field(default_factory=list)
+    refuse_reservation: bool = False
+    ids: itertools.count = field(default_factory=lambda: itertools.count(100))
+
+    def heartbeat(self, **report: Any) -> dict[str, Any]:
+        return {"name": self.me, **report}
+
+    def contracts(self, status: str | None = None) -> list[dict[str, Any]]:
+        return self.contracts_
+
+    def tasks(self) -> list[dict[str, Any]]:
+        return self.tasks_
+
+    def task(self, name: str) -> dict[str, Any]:
+        for t in self.tasks_:
+            if t["name"] == name:
+                return t
+        raise ApiError(404, f"task {name!r} not found", "name")
+
+    def replicas(self) -> list[dict[str, Any]]:
+        return []
+
+    def offers(self, status: str | None = None) -> list[dict[str, Any]]:
+        return self.offers_
+
+    def offer(self, contract_id, tasks, price, loads=None, relay_for=None, replicas=None,
+              reservation_price=None) -> dict[str, Any]:  # fmt: skip
+        made = {"id": next(self.ids), "contract_id": contract_id, "tasks": tasks, "price": price,
+                "reservation_price": reservation_price}  # fmt: skip
+        self.made.append(made)
+        return made
+
+    def accept(self, offer_id, version, tasks=None, replicas=None, reservation_price=None):
+        if self.refuse_reservation:
+            raise ApiError(409, "no price suits both sides", "reservation_price")
+        self.accepted.append({"offer": offer_id, "tasks": tasks, "reservation": reservation_price})
+        return {"movement_ids": []}
+
+    def reject(self, offer_id: int, version: int) -> dict[str, Any]:
+        self.rejected.append(offer_id)
+        return {}
+
+    def movement(self, movement_id: int) -> dict[str, Any]:
+        raise AssertionError("no movement in these tests")
+
+
+class NoMoves:
+    def receive(self, movement: MovementRecord) -> Received:
+        raise AssertionError("nothing moves in these tests")
+
+    receive_replica = receive
+
+
+def task(name: str, owner: str, host: str, load: float, **extra: Any) -> dict[str, Any]:
+    row = {"name": name, "owner": owner, "host": host, "load": load, "pinned": False,
+           "lease_epoch": 1, "contract_id": None, "price": None, "fragment": None,
+           "params": {}, "inputs": [], "host_since": datetime.now(UTC).isoformat()}  # fmt: skip
+    row.update(extra)
+    return row
+
+
+def contract(cid: int, a: str, b: str, lo: float = 0.24, hi: float = 0.26, min_move: float = 10):
+    return {"id": cid, "proposer": a, "partner": b, "price_min": lo, "price_max": hi,
+            "min_move_seconds": min_move, "availability": None}  # fmt: skip
+
+
+def node(registry: MemoryRegistry, **options: Any) -> Agent:
+    decisions = BpmDecisions.for_model({"kind": "mm1"}, 100.0, 0.005)
+    return Agent(registry.me, registry, decisions, NoHost(), NoMoves(), offer_interval=1.0,
+                 **options)  # fmt: skip
+
+
+def loaded_host_of(held_for: float) -> MemoryRegistry:
+    """T runs O's task O.x at 0.245 under their contract (min move 10 s), held ``held_for``
+    seconds, and its own pinned load pushes its marginal cost past that price."""
+    since = (datetime.now(UTC) - timedelta(seconds=held_for)).isoformat()
+    return MemoryRegistry(
+        "T",
+        tasks_=[
+            task("O.x", "O", "T", 6.0, contract_id=1, price=0.245, host_since=since),
+            task("T.base", "T", "T", 80.0, pinned=True),
+        ],
+        contracts_=[contract(1, "O", "T")],
+    )
+
+
+def test_a_loaded_host_returns_a_task_to_its_owner_at_the_price_in_force_after_min_move() -> None:
+    registry = loaded_host_of(held_for=30)
+    node(registry).tick(5.0, liveness=ONLINE)
+    assert [(m["contract_id"], m["tasks"], m["price"]) for m in registry.made] == [
+        (1, ["O.x"], 0.245)
+    ]
+
+
+def test_no_move_back_before_the_minimum_move_duration() -> None:
+    registry = loaded_host_of(held_for=3)
+    node(registry).tick(5.0, liveness=ONLINE)
+    # Shedding by the ordinary rule is allowed, but not the move-back at the price in force.
+    assert all(m["price"] != 0.245 for m in registry.made), registry.made
+
+
+def test_no_move_back_when_keeping_the_task_pays() -> None:
+    registry = loaded_host_of(held_for=30)
+    registry.tasks_[1]["load"] = 10.0  # T has plenty of room: 0.245 pays more than O.x costs
+    node(registry).tick(5.0, liveness=ONLINE)
+    assert registry.made == []
+
+
+def overloaded_giver() -> MemoryRegistry:
+    return MemoryRegistry(
+        "O",
+        tasks_=[task(f"O.q{i}", "O", "O", 10.0) for i in range(10)],
+        contracts_=[contract(1, "O", "B")],
+    )
+
+
+def test_an_offer_carries_the_givers_reservation_within_the_range() -> None:
+    registry = overloaded_giver()
+    node(registry).tick(5.0, liveness=ONLINE)
+    (made,) = registry.made
+    assert 0.24 <= made["price"] <= made["reservation_price"] <= 0.26
+
+
+def open_offer(names: list[str], price: float = 0.25) -> dict[str, Any]:
+    return {"id": 7, "version": 1, "from": "O", "to": "B", "status": "open", "tasks": names,
+            "replicas": [], "loads": dict.fromkeys(names, 5.0), "price": price}  # fmt: skip
+
+
+def test_an_acceptance_carries_the_takers_reservation_below_the_price() -> None:
+    registry = MemoryRegistry("B", offers_=[open_offer(["O.q1", "O.q2"])])
+    node(registry).tick(0.0, liveness=ONLINE)
+    (accepted,) = registry.accepted
+    assert accepted["tasks"] == ["O.q1", "O.q2"]
+    assert 0 < accepted["reservation"] < 0.25
+
+
+def test_no_price_for_both_sides_declines_the_offer() -> None:
+    registry = MemoryRegistry("B", offers_=[open_offer(["O.q1"])], refuse_reservation=True)
+    node(registry).tick(0.0, liveness=ONLINE)
+    assert registry.accepted == [] and registry.rejected == [7]
+
+
+def test_a_participant_takes_only_the_fragments_it_accepts() -> None:
+    registry = MemoryRegistry(
+        "B",
+        tasks_=[
+            task("O.q1", "O", "O", 5.0, fragment="connections_per_source"),
+            task("O.q2", "O", "O", 5.0, fragment="prefix_scanners"),
+            task("O.q3", "O", "O", 5.0),
+        ],
+        offers_=[open_offer(["O.q1", "O.q2", "O.q3"])],
+    )
+    node(registry, accept_fragments={"connections_per_source"}).tick(0.0, liveness=ONLINE)
+    (accepted,) = registry.accepted
+    assert sorted(accepted["tasks"]) == ["O.q1", "O.q3"]  # declared load is always welcome
