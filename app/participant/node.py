@@ -75,9 +75,12 @@ class Agent:
         refusal_backoff_intervals: int = 3,
         on_move: Callable[[MoveEvent], None] | None = None,
         accept_fragments: Collection[str] | None = None,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         """``accept_fragments``: the catalogue fragments this participant agrees to run (None:
-        any); offered tasks running another fragment are left out of what it accepts."""
+        any); offered tasks running another fragment are left out of what it accepts.
+        ``clock``: the time the registry's timestamps (``host_since``) are compared with, UTC
+        (default the wall clock; a simulation passes its simulated clock)."""
         self.name = name
         self.client = client
         self.decisions = decisions
@@ -87,6 +90,7 @@ class Agent:
         self.refusal_backoff = refusal_backoff_intervals * offer_interval
         self.on_move = on_move
         self.accept_fragments = None if accept_fragments is None else frozenset(accept_fragments)
+        self.clock = clock or _wall_clock
         self.state = AgentState()
 
     def contracts(self) -> list[ContractView]:
@@ -380,7 +384,7 @@ class Agent:
         cheaper for both"; the owner's acceptance is the other half)."""
         by_id = {c.id: c for c in contracts}
         load = sum(loads.values())
-        wall = datetime.now(UTC)
+        wall = self.clock()
         for task in tasks:
             contract = by_id.get(task.get("contract_id") or -1)
             if (
@@ -425,6 +429,10 @@ class Agent:
         if last is not None and last["status"] in ("rejected", "partially_accepted", "expired"):
             self.state.refused_at[partner] = now
         self.state.last_offer = None
+
+
+def _wall_clock() -> datetime:
+    return datetime.now(UTC)
 
 
 def _finite(value: float) -> float | None:
