@@ -1,7 +1,8 @@
 """Run every benchmark topic in turn: ``python -m bench.run_all [topic ...]``.
 
 Each topic lives in ``bench/<topic>/`` with a ``run`` module (runnable as
-``python -m bench.<topic>.run``) and a README holding its figures, command and machine.
+``python -m bench.<topic>.run``), or the module named in ``MODULES``, and a README holding its
+figures, command and machine.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+# Topics whose entry point is not ``run``.
+MODULES = {"agents": "move_downtime"}
 
 
 def topics() -> list[str]:
-    return sorted(p.parent.name for p in HERE.glob("*/run.py"))
+    return sorted({p.parent.name for p in HERE.glob("*/run.py")} | set(MODULES))
 
 
 def main(argv: list[str]) -> int:
@@ -26,9 +29,10 @@ def main(argv: list[str]) -> int:
     for topic in chosen:
         print(f"== bench/{topic} ==", flush=True)
         saved = sys.argv
-        sys.argv = [f"bench.{topic}.run"]
+        module = f"bench.{topic}.{MODULES.get(topic, 'run')}"
+        sys.argv = [module]
         try:
-            runpy.run_module(f"bench.{topic}.run", run_name="__main__")
+            runpy.run_module(module, run_name="__main__")
         except SystemExit as exc:
             if exc.code not in (0, None):
                 return int(exc.code) if isinstance(exc.code, int) else 1

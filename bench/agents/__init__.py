@@ -1,0 +1,1 @@
+"""Benchmarks of the participant as a process: ``fedload agent`` processes moving fragments."""
