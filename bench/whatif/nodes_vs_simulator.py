@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     ratios: list[float] = [r["ratio"] for r in rows]
     print(
         f"verdicts agree in every act: {agree}/{len(rows)}; wall-time ratio nodes/simulator: "
-        f"median {statistics.median(ratios)}, range {min(ratios)}..{max(ratios)}"
+        f"median {statistics.median(ratios):.1f}, range {min(ratios)}..{max(ratios)}"
     )
     if args.json:
         load = os.getloadavg()
