@@ -107,6 +107,12 @@ class Managed:
             return ""
 
 
+def _json_lines(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 @dataclass
 class AgentSettings:
     interval: float = 1.0
@@ -232,13 +238,17 @@ class ProcessFederation:
         return self.work / "agents" / name
 
     def moves(self) -> Iterator[dict[str, Any]]:
-        """Every move an agent recorded (taker's view: state bytes, phase timings)."""
+        """Every move an agent recorded (taker's view: state bytes, phase timings, and the
+        first batch at the new host once it came)."""
         for name in sorted(self.agents):
-            events = self.data_dir(name) / "events.jsonl"
-            if events.exists():
-                for line in events.read_text().splitlines():
-                    if line.strip():
-                        yield json.loads(line)
+            first = {
+                row["movement_id"]: row["first_batch"]
+                for row in _json_lines(self.data_dir(name) / "first_batches.jsonl")
+            }
+            for move in _json_lines(self.data_dir(name) / "events.jsonl"):
+                if move["movement_id"] in first:
+                    move["timings"]["first_batch"] = first[move["movement_id"]]
+                yield move
 
     def processes(self) -> dict[str, int]:
         found = {name: agent.pid for name, agent in self.agents.items() if agent.process}
