@@ -487,7 +487,12 @@ def _epoch_seconds(stamp: str) -> float:
 # A move ships the checkpoint directory whole; Spark keeps 100 batches of offsets, commits and
 # state versions by default, so the tar grew move after move (0.5 to 1.3 MB in the benchmark)
 # while the live state stayed a few windows. A restart needs only the last committed batch.
-AGENT_SPARK_CONF = {"spark.sql.streaming.minBatchesToRetain": "10"}
+# Old state files are deleted by the state store's maintenance, every 60 s by default: a
+# fragment that moves more often than that never ran it, and kept every version it wrote.
+AGENT_SPARK_CONF = {
+    "spark.sql.streaming.minBatchesToRetain": "10",
+    "spark.sql.streaming.stateStore.maintenanceInterval": "5s",
+}
 
 
 def spark_factory(
