@@ -378,13 +378,18 @@ class Agent:
     def _maybe_move_back(
         self, tasks: list[dict], loads: dict[str, float], contracts: list[ContractView]
     ) -> bool:
-        """Offer one task that I host for its owner back to the owner, at the price in force,
-        once the contract's minimum move duration has passed and keeping it costs me more than
-        it pays (DESIGN.md: "after the minimum move duration, load moves back when that is
-        cheaper for both"; the owner's acceptance is the other half)."""
+        """Offer tasks that I host for an owner back to it, at the price in force, once the
+        contract's minimum move duration has passed and keeping them costs me more than they
+        pay (DESIGN.md: "after the minimum move duration, load moves back when that is cheaper
+        for both"; the owner's acceptance, partial if it must be, is the other half).
+
+        One offer carries every task of one owner and price that qualifies together (largest
+        first, while the set's saving per unit still beats the price): returned one per offer
+        interval, a loaded host gave them back over minutes while the owner re-shed each."""
         by_id = {c.id: c for c in contracts}
         load = sum(loads.values())
         wall = self.clock()
+        groups: dict[tuple[int, float], list[dict]] = {}
         for task in tasks:
             contract = by_id.get(task.get("contract_id") or -1)
             if (
@@ -396,25 +401,32 @@ class Agent:
             ):
                 continue
             held_for = (wall - _when(task["host_since"])).total_seconds()
-            if not self.decisions.returns(
-                load=load,
-                task_load=loads[task["name"]],
-                price=float(task["price"]),
-                held_for=held_for,
-                min_move=contract.min_move_seconds,
-            ):
+            if held_for >= contract.min_move_seconds:
+                groups.setdefault((contract.id, float(task["price"])), []).append(task)
+        for (contract_id, price), due in sorted(groups.items()):
+            chosen: list[str] = []
+            shed = 0.0
+            for task in sorted(due, key=lambda t: (-loads[t["name"]], t["name"])):
+                size = loads[task["name"]]
+                if self.decisions.returns(
+                    load=load,
+                    task_load=shed + size,
+                    price=price,
+                    held_for=float("inf"),
+                    min_move=0.0,
+                ):
+                    chosen.append(task["name"])
+                    shed += size
+            if not chosen:
                 continue
             try:
                 made = self.client.offer(
-                    contract.id,
-                    [task["name"]],
-                    float(task["price"]),
-                    {task["name"]: loads[task["name"]]},
+                    contract_id, chosen, price, {name: loads[name] for name in chosen}
                 )
             except ApiError as exc:
-                self.state.errors.append(f"move-back of {task['name']}: {exc.detail}")
+                self.state.errors.append(f"move-back of {', '.join(chosen)}: {exc.detail}")
                 continue
-            self.state.last_offer = (int(made["id"]), contract.partner)
+            self.state.last_offer = (int(made["id"]), by_id[contract_id].partner)
             return True
         return False
 

@@ -181,3 +181,30 @@ def test_a_participant_takes_only_the_fragments_it_accepts() -> None:
     node(registry, accept_fragments={"connections_per_source"}).tick(0.0, liveness=ONLINE)
     (accepted,) = registry.accepted
     assert sorted(accepted["tasks"]) == ["O.q1", "O.q3"]  # declared load is always welcome
+
+
+def test_a_move_back_returns_every_task_of_the_owner_that_pays_in_one_offer() -> None:
+    """T is far past its threshold with three of O's tasks due: it gives back as many as its
+    saving beats the price for, together, rather than one per offer interval."""
+    since = (datetime.now(UTC) - timedelta(seconds=60)).isoformat()
+    registry = MemoryRegistry(
+        "T",
+        tasks_=[
+            *(
+                task(f"O.q{i}", "O", "T", 5.0, contract_id=1, price=0.245, host_since=since)
+                for i in range(3)
+            ),
+            task("T.base", "T", "T", 78.0, pinned=True),
+        ],
+        contracts_=[contract(1, "O", "T")],
+    )
+    node(registry).tick(5.0, liveness=ONLINE)
+    (made,) = registry.made
+    assert (made["contract_id"], made["price"]) == (1, 0.245)
+    assert sorted(made["tasks"]) == ["O.q0", "O.q1", "O.q2"]
+    # With a little load only, returning all three would cost T more than they pay: fewer go.
+    registry.tasks_[-1]["load"] = 68.0
+    registry.made.clear()
+    node(registry).tick(5.0, liveness=ONLINE)
+    (made,) = registry.made
+    assert 1 <= len(made["tasks"]) < 3
