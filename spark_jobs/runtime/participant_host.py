@@ -48,7 +48,7 @@ from spark_jobs.fragments import catalogue
 from spark_jobs.generators import ConnectionGenerator, RateSchedule
 from spark_jobs.runtime.host import FragmentRuntime, FragmentSpec, StreamRef
 from spark_jobs.runtime.movement import RemoteHost, relocate
-from spark_jobs.runtime.registry_coordinator import PreparedMovementCoordinator
+from spark_jobs.runtime.registry_coordinator import PreparedMovementCoordinator, abort_once
 from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient, StreamServer, publish
 from spark_jobs.session import build_session
 
@@ -227,18 +227,18 @@ class SparkParticipantHost:
     def receive(self, movement: MovementRecord) -> Received:
         record = self._record(movement.task)
         if record is None:
-            self._abort(movement.id)
+            abort_once(self._client, movement.id)
             raise RuntimeError(f"{movement.task} is not visible to {self.name}: cannot run it")
         if not record.real:
             self._client.commit(movement.id, movement.epoch)
             return Received()
         if self._accept is not None and record.fragment not in self._accept:
-            self._abort(movement.id)
+            abort_once(self._client, movement.id)
             raise PermissionError(f"{self.name} does not run {record.fragment} fragments")
         spec = self._spec(record)
         source = self._endpoint(movement.source)
         if spec is None or source is None:
-            self._abort(movement.id)
+            abort_once(self._client, movement.id)
             raise RuntimeError(f"no endpoint known for {movement.source} or {record.owner}")
         with self._lock:
             self._receiving.add(record.name)
@@ -316,13 +316,6 @@ class SparkParticipantHost:
     def _note(self, message: str) -> None:
         log.warning("%s", message)
         self.errors = [*self.errors[-49:], message]
-
-    def _abort(self, movement_id: int) -> None:
-        try:
-            self._client.abort(movement_id)
-        except ApiError as error:
-            if error.status != 409:
-                raise
 
     def _record(self, task: str) -> TaskRecord | None:
         try:

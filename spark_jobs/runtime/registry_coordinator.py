@@ -17,6 +17,16 @@ from app.participant.ports import MovementRecord
 from spark_jobs.runtime.coordinator import MovementRefused, PreparedMove
 
 
+def abort_once(client: FedloadClient, movement_id: int) -> None:
+    """Abort a prepared movement; one already committed or aborted (409) is left as it is,
+    since abort is idempotent by the coordinator's contract."""
+    try:
+        client.abort(movement_id)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+
+
 class RegistryCoordinator:
     def __init__(self, clients: Mapping[str, FedloadClient]) -> None:
         # One client per participant this process acts for (one in an agent, all in the demo).
@@ -71,12 +81,7 @@ class RegistryCoordinator:
         target = self._targets.get(movement_id)
         if target is None:
             return
-        try:
-            self._client(target).abort(movement_id)
-        except ApiError as exc:
-            # Already committed or aborted: abort is idempotent by contract.
-            if exc.status != 409:
-                raise
+        abort_once(self._client(target), movement_id)
 
     def current_epoch(self, fragment: str) -> int:
         return int(self._any_client_seeing(fragment).lease(fragment)["epoch"])
@@ -123,11 +128,7 @@ class PreparedMovementCoordinator:
             raise MovementRefused(exc.detail) from exc
 
     def abort(self, movement_id: int, why: str) -> None:
-        try:
-            self._client.abort(movement_id)
-        except ApiError as exc:
-            if exc.status != 409:  # already committed or aborted: abort is idempotent
-                raise
+        abort_once(self._client, movement_id)
 
     def current_epoch(self, fragment: str) -> int:
         return int(self._lease(fragment).get("epoch", -1))
