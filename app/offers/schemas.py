@@ -30,7 +30,8 @@ class OfferCreate(BaseModel):
         default=None,
         description=(
             "An open offer addressed to you that this one makes room for (a chained move: you "
-            "shed load here so you can take that offer's). A relay offer is not relayed again."
+            "shed load here so you can take that offer's). A relay may be relayed again, up to "
+            "six relays in a chain, never back to a participant already giving in it."
         ),
     )
     reservation_price: float | None = Field(
@@ -107,6 +108,13 @@ class OfferRead(BaseModel):
     version: int
     movement_ids: list[int]
     relay_for: int | None = None
+    relay_chain: list[str] = Field(
+        default_factory=list,
+        description=(
+            "For a relay: the participants that gave load earlier in its chain, origin first "
+            "(the offer's own giver is `from`)."
+        ),
+    )
     created_at: datetime
     decided_at: datetime | None
 

@@ -126,7 +126,7 @@ def create(session: Session, principal: Principal, data: OfferCreate) -> Offer:
     if data.replicas:
         detail["replica_task_ids"] = [found[n].id for n in data.replicas]
     if data.relay_for is not None:
-        _check_relay_target(session, me, partner, data.relay_for)
+        detail["relay_chain"] = _check_relay_target(session, me, partner, data.relay_for)
         detail["relay_for"] = data.relay_for
     if data.reservation_price is not None:
         detail["reservation_price"] = data.reservation_price
@@ -163,7 +163,9 @@ def _refuse_second_copy(session: Session, task: Task, receiver: int, field: str)
         )
 
 
-def _check_relay_target(session: Session, me: int, partner: int, upstream_id: int) -> None:
+def _check_relay_target(session: Session, me: int, partner: int, upstream_id: int) -> list[int]:
+    """The chain of givers (participant ids, origin first) a relay of ``upstream_id`` to
+    ``partner`` extends, after the chain rule of ``protocol.relay_refusal``."""
     upstream = session.get(Offer, upstream_id)
     if upstream is None or upstream.to_id != me:
         raise InvalidInput(f"no offer {upstream_id} addressed to you", field="relay_for")
@@ -171,12 +173,14 @@ def _check_relay_target(session: Session, me: int, partner: int, upstream_id: in
         raise Conflict(
             f"offer {upstream_id} is {upstream.status.value}, not open", field="relay_for"
         )
-    if upstream.detail.get("relay_for") is not None:
-        raise Conflict(
-            f"offer {upstream_id} is itself a relay; one relay per chain", field="relay_for"
-        )
-    if upstream.from_id == partner:
-        raise InvalidInput("a relay cannot send load back to the offer's giver", field="relay_for")
+    chain = [*upstream.detail.get("relay_chain", []), upstream.from_id]
+    names = participants.names_by_id(session, [*chain, me, partner])
+    refusal = protocol.relay_refusal([names[p] for p in chain], names[me], names[partner])
+    if refusal is not None:
+        if partner in chain:
+            raise InvalidInput(refusal, field="relay_for")
+        raise Conflict(refusal, field="relay_for")
+    return chain
 
 
 def get_visible(
@@ -404,7 +408,10 @@ def to_read(session: Session, offers: list[Offer]) -> list[OfferRead]:
     task_ids |= {tid for o in offers for tid in o.detail.get("replica_task_ids", [])}
     names = dict(session.execute(select(Task.id, Task.name).where(Task.id.in_(task_ids))).all())
     people = participants.names_by_id(
-        session, [o.from_id for o in offers] + [o.to_id for o in offers]
+        session,
+        [o.from_id for o in offers]
+        + [o.to_id for o in offers]
+        + [p for o in offers for p in o.detail.get("relay_chain", [])],
     )
     return [
         OfferRead(
@@ -423,6 +430,7 @@ def to_read(session: Session, offers: list[Offer]) -> list[OfferRead]:
             version=o.version,
             movement_ids=list(o.detail.get("movement_ids", [])),
             relay_for=o.detail.get("relay_for"),
+            relay_chain=[people[p] for p in o.detail.get("relay_chain", [])],
             created_at=o.created_at,
             decided_at=o.decided_at,
         )

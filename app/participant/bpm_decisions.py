@@ -59,6 +59,7 @@ class BpmDecisions:
         partner_online: Mapping[str, bool],
         replicas: Collection[str] = (),
         held_by: Mapping[str, Collection[str]] | None = None,
+        too_large: Mapping[str, float] | None = None,
     ) -> OfferPlan | None:
         delta = self.hysteresis
         every = bpm.ranked_from_mapping(movable)
@@ -68,10 +69,14 @@ class BpmDecisions:
             # Never propose a second copy to the partner, nor a replica over a contract that
             # does not allow replica hosting (app.market.copies, as the simulator).
             held = (held_by or {}).get(contract.partner, ())
+            # A partner that refused a whole offer had no room for its smallest task: offer it
+            # smaller ones (sizing offers to the partner's spare room, which only it knows).
+            limit = (too_large or {}).get(contract.partner, math.inf)
             ranked = [
                 item
                 for item in every
                 if item[0] not in held
+                and item[1] < limit - 1e-9
                 and copies.may_travel(item[0] in replicas, [contract.replica_hosting])
             ]
             expected = bpm.offer_set(self.model, load, ranked, contract.price_min, delta)

@@ -56,8 +56,12 @@ class Decisions(Protocol):
         partner_online: Mapping[str, bool],
         replicas: Collection[str] = (),
         held_by: Mapping[str, Collection[str]] | None = None,
+        too_large: Mapping[str, float] | None = None,
     ) -> OfferPlan | None:
         """Tasks to offer, to whom and at what price; None when keeping them is cheaper.
+
+        ``too_large`` maps a partner to the smallest task load it refused outright lately: only
+        smaller tasks are offered to it (it had no room for that one).
 
         ``replicas`` are the movable names that are replicas (only over replica-hosting
         contracts); ``held_by`` the tasks each partner is known to host a copy of already."""

@@ -15,8 +15,9 @@ service modules):
 
 - **Offers.** Over an active contract, at a price inside its range and at most the giver's
   reservation, of tasks the giver hosts (not pinned, not already moving); one offer
-  outstanding per participant. A relay (``relay_for``) names an open, non-relay offer
-  addressed to the giver, and never sends load back to that offer's giver.
+  outstanding per participant. A relay (``relay_for``) names an open offer addressed
+  to the giver, and follows ``protocol.relay_refusal`` (never back to a giver of its chain, at
+  most ``MAX_RELAY_DEPTH`` relays).
 - **Acceptance.** By the addressee, at the offer's current version, of all offered tasks or a
   subset (partial acceptance); the agreed price is ``protocol.negotiated_price`` between both
   reservations inside the range, the offered price without the giver's, and a 409 on
@@ -125,6 +126,7 @@ class Offer:
     price: float
     reservation: float | None = None  # the giver's, private
     relay_for: int | None = None
+    relay_chain: tuple[str, ...] = ()  # givers upstream of this one, origin first
     status: str = "open"
     version: int = 1
     accepted_tasks: list[str] = field(default_factory=list)
@@ -150,6 +152,7 @@ class Offer:
             "version": self.version,
             "movement_ids": list(self.movement_ids),
             "relay_for": self.relay_for,
+            "relay_chain": list(self.relay_chain),
             "created_at": _stamp(self.created_at),
             "decided_at": _stamp(self.decided_at),
         }
@@ -540,10 +543,12 @@ class MemoryRegistry:
                 raise _invalid(f"no offer {relay_for} addressed to you", "relay_for")
             if upstream.status != "open":
                 raise _conflict(f"offer {relay_for} is {upstream.status}, not open", "relay_for")
-            if upstream.relay_for is not None:
-                raise _conflict(f"offer {relay_for} is itself a relay", "relay_for")
-            if upstream.src == partner:
-                raise _invalid("a relay cannot send load back to the offer's giver", "relay_for")
+            chain = (*upstream.relay_chain, upstream.src)
+            refusal = protocol.relay_refusal(chain, me, partner)
+            if refusal is not None:
+                if partner in chain:
+                    raise _invalid(refusal, "relay_for")
+                raise _conflict(refusal, "relay_for")
         offer = Offer(
             self._next_id(),
             contract.id,
@@ -554,6 +559,7 @@ class MemoryRegistry:
             float(price),
             reservation_price,
             relay_for,
+            chain if relay_for is not None else (),
             created_at=self.clock(),
         )
         self.offers[offer.id] = offer

@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from app.market.protocol import plan_room, take_after_room
+from app.market.protocol import MAX_RELAY_DEPTH, plan_room, take_after_room
 from app.participant.client import ApiError
 from app.participant.decisions import ContractView, Decisions
 from app.participant.ports import Host, MovementRecord, Mover, Registry, TaskRecord
@@ -56,6 +56,8 @@ class AgentState:
     last_offer_at: float = float("-inf")
     last_offer: tuple[int, str] | None = None  # (offer id, partner) of the latest offer made
     refused_at: dict[str, float] = field(default_factory=dict)  # partner -> when it last refused
+    # partner -> (smallest task load of an offer it refused outright, when): it had no room
+    refused_size: dict[str, tuple[float, float]] = field(default_factory=dict)
     offered_at: dict[str, float] = field(default_factory=dict)  # partner -> when it last shed to me
     # upstream offer id -> the room-making relay under way for it (protocol.plan_room)
     relays: dict[int, PendingRelay] = field(default_factory=dict)
@@ -231,8 +233,9 @@ class Agent:
         offers_by_id: Mapping[int, dict],
     ) -> bool:
         """Shed my own load to another partner so that I can take this offer afterwards."""
-        if offer.get("relay_for") is not None:
-            return False  # one relay per chain, as the simulator's default of two hops
+        chain = [*offer.get("relay_chain", []), offer["from"]]
+        if len(chain) > MAX_RELAY_DEPTH or self.name in chain:
+            return False
         busy = self.state.relays or any(
             o["from"] == self.name and o["status"] == "open" for o in offers_by_id.values()
         )
@@ -246,6 +249,7 @@ class Agent:
             contracts=contracts,
             partner_available=self._available_partners(now, liveness),
             last_refused=self.state.refused_at,
+            chain=chain,
         )
         if plan is None:
             return False
@@ -355,6 +359,7 @@ class Agent:
             partner_online=available,
             replicas=self.state.replicas,
             held_by=self.state.held_by,
+            too_large=self._too_large(now),
         )
         if plan is None:
             return
@@ -440,7 +445,21 @@ class Agent:
         last = next((o for o in mine if o["id"] == offer_id), None)
         if last is not None and last["status"] in ("rejected", "partially_accepted", "expired"):
             self.state.refused_at[partner] = now
+        if last is not None and last["status"] == "rejected" and last["loads"]:
+            self.state.refused_size[partner] = (min(last["loads"].values()), now)
+        elif last is not None and last["status"] in ("accepted", "partially_accepted"):
+            self.state.refused_size.pop(partner, None)
         self.state.last_offer = None
+
+    def _too_large(self, now: float) -> dict[str, float]:
+        # A partner's room changes as load moves: a refusal's size limit holds for a few
+        # back-off periods, then the partner may be offered anything again.
+        horizon = 3 * self.refusal_backoff
+        return {
+            partner: size
+            for partner, (size, when) in self.state.refused_size.items()
+            if now - when < horizon
+        }
 
 
 def _wall_clock() -> datetime:

@@ -197,9 +197,11 @@ def test_abort_leaves_the_old_host(abc: Api) -> None:
     }
 
 
-def test_relay_offer_makes_room_for_an_open_offer_and_is_never_relayed_again(abc: Api) -> None:
+def test_relay_offers_chain_onward_but_never_back_to_a_giver_of_the_chain(abc: Api) -> None:
     ab = active_contract(abc, "A", "B")
     bc = active_contract(abc, "B", "C")
+    ac = active_contract(abc, "A", "C")
+    assert ac["status"] == "active"
     declare(abc, "A", "a1")
     declare(abc, "B", "b1")
     declare(abc, "C", "c1")
@@ -208,6 +210,7 @@ def test_relay_offer_makes_room_for_an_open_offer_and_is_never_relayed_again(abc
     )
     assert upstream.status_code == 201, upstream.text
     up_id = upstream.json()["id"]
+    assert upstream.json()["relay_chain"] == []
 
     # B sheds its own b1 to C to make room for A's a1: the offer names what it relays for.
     relay = abc.post(
@@ -217,17 +220,31 @@ def test_relay_offer_makes_room_for_an_open_offer_and_is_never_relayed_again(abc
     )
     assert relay.status_code == 201, relay.text
     assert relay.json()["relay_for"] == up_id
-    assert abc.get("C", "/v1/offers").json()[0]["relay_for"] == up_id
+    seen_by_c = abc.get("C", "/v1/offers").json()[0]
+    assert seen_by_c["relay_for"] == up_id and seen_by_c["relay_chain"] == ["A"]
 
-    # C cannot relay B's relay onward (one relay per chain): 409 naming the field.
-    ac = active_contract(abc, "A", "C")
-    assert ac["status"] == "active"
-    again = abc.post(
+    # C may relay onward, but not to A, who already gives load in this chain: the load would
+    # travel in a circle. 422 naming the field, and nothing written.
+    back = abc.post(
         "C",
         "/v1/offers",
-        {"contract_id": bc["id"], "tasks": ["c1"], "price": 0.24, "relay_for": relay.json()["id"]},
+        {"contract_id": ac["id"], "tasks": ["c1"], "price": 0.24, "relay_for": relay.json()["id"]},
     )
-    assert again.status_code == 409 and again.json()["field"] == "relay_for"
+    assert back.status_code == 422, back.text
+    assert back.json()["field"] == "relay_for"
+    assert "A is a giver in this chain" in back.json()["detail"]
+    assert [o["id"] for o in abc.get("C", "/v1/offers").json() if o["from"] == "C"] == []
+
+    # Onward to D, a participant new to the chain, it goes: a relay of a relay.
+    abc.register("D")
+    cd = active_contract(abc, "C", "D")
+    onward = abc.post(
+        "C",
+        "/v1/offers",
+        {"contract_id": cd["id"], "tasks": ["c1"], "price": 0.24, "relay_for": relay.json()["id"]},
+    )
+    assert onward.status_code == 201, onward.text
+    assert abc.get("D", "/v1/offers").json()[0]["relay_chain"] == ["A", "B"]
 
 
 def test_relay_for_must_name_an_open_offer_addressed_to_me(abc: Api, db_url: str) -> None:

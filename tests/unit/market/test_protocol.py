@@ -347,6 +347,29 @@ def test_room_goes_to_the_cheapest_available_partner_at_a_price_below_what_it_is
     )
 
 
+def test_a_relay_skips_every_giver_upstream_in_its_chain() -> None:
+    # D is the cheapest partner, but D gave load earlier in this chain: A is next.
+    plan = protocol.plan_room(
+        upstream="B",
+        upstream_price=0.25,
+        offered_load=5.0,
+        movable={"c1": 5.0},
+        contracts=CONTRACTS,
+        partner_available={"A": True, "B": True, "D": True},
+        chain=["D", "B"],
+    )
+    assert plan is not None and plan.partner == "A"
+    assert protocol.relay_refusal(["D", "B"], "C", "D") is not None
+    assert protocol.relay_refusal(["D", "B"], "C", "A") is None
+
+
+def test_a_chain_holds_at_most_max_relay_depth_relays() -> None:
+    chain = [f"P{i}" for i in range(protocol.MAX_RELAY_DEPTH)]  # origin + depth - 1 relays
+    assert protocol.relay_refusal(chain, "X", "Y") is None  # the last relay allowed
+    refusal = protocol.relay_refusal([*chain, "X"], "Y", "Z")
+    assert refusal is not None and f"{protocol.MAX_RELAY_DEPTH} relays" in refusal
+
+
 @given(
     load_before=st.floats(0, 100),
     shed=st.floats(0, 50),

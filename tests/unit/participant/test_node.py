@@ -208,3 +208,28 @@ def test_a_move_back_returns_every_task_of_the_owner_that_pays_in_one_offer() ->
     node(registry).tick(5.0, liveness=ONLINE)
     (made,) = registry.made
     assert 1 <= len(made["tasks"]) < 3
+
+
+def test_after_a_partner_refuses_a_whole_offer_it_is_offered_only_smaller_tasks() -> None:
+    # O sheds its 20-unit task first; T has no room for it and refuses the whole offer. Once the
+    # refusal back-off has passed, O offers T only tasks smaller than that (the 5-unit one),
+    # instead of the same 20 units every time (seen in generated federations: a giver cycling
+    # one large task through partners that each had room for its smaller ones).
+    registry = MemoryRegistry(
+        "O",
+        tasks_=[
+            task("O.big", "O", "O", 20.0),
+            task("O.small", "O", "O", 5.0),
+            task("O.base", "O", "O", 72.0, pinned=True),
+        ],
+        contracts_=[contract(1, "O", "T")],
+    )
+    agent = node(registry)
+    agent.tick(1.0, liveness=ONLINE)
+    assert [m["tasks"] for m in registry.made] == [["O.big"]]
+    first = registry.made[0]
+    registry.offers_ = [{"id": first["id"], "from": "O", "to": "T", "status": "rejected",
+                         "tasks": ["O.big"], "loads": {"O.big": 20.0}, "version": 2}]  # fmt: skip
+    agent.tick(2.0, liveness=ONLINE)  # T sits out the back-off
+    agent.tick(6.0, liveness=ONLINE)
+    assert [m["tasks"] for m in registry.made] == [["O.big"], ["O.small"]]
