@@ -55,8 +55,9 @@ class Settings(BaseSettings):
     # ``statement_timeout``; SQLite's busy timeout waits this long on the file lock.
     db_connect_timeout_seconds: int = Field(default=3, ge=1, le=300)
     db_statement_timeout_seconds: float = Field(default=10.0, gt=0)
-    # Uvicorn's access log: one line per request costs the API about a tenth of its throughput
-    # (bench/api/README.md); off by default, on with FEDLOAD_ACCESS_LOG=true or --access-log.
+    # Uvicorn's access log: a formatted, flushed line for every request of a JSON API whose
+    # requests cost a few milliseconds each; off by default, on with FEDLOAD_ACCESS_LOG=true
+    # or ``fedload serve --access-log`` (the issue measured the service with it on).
     access_log: bool = False
 
     def database_options(self) -> DatabaseOptions:
