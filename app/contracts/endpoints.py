@@ -22,6 +22,7 @@ from app.models import ContractStatus
 from app.pagination import PageRequest, page_request, paginate
 
 router = APIRouter(prefix="/v1/contracts", tags=["contracts"])
+HistoryPage = Annotated[PageRequest, Depends(page_request("contract history", int))]
 ContractsPage = Annotated[PageRequest, Depends(page_request("contracts", int))]
 
 NOT_FOUND: dict[int | str, dict[str, Any]] = {
@@ -109,9 +110,19 @@ def terminate(
 
 
 @router.get("/{contract_id}/history", response_model=list[ContractEventRead], responses=NOT_FOUND)
-def history(contract_id: int, me: CurrentPrincipal, session: SessionDep) -> list[ContractEventRead]:
-    """Every proposal, counter and decision, with author, version and time."""
-    return service.history(session, me, contract_id)
+def history(
+    contract_id: int,
+    me: CurrentPrincipal,
+    session: SessionDep,
+    page: HistoryPage,
+    request: Request,
+    response: Response,
+) -> list[ContractEventRead]:
+    """Every proposal, counter and decision, with author, version and time, oldest first; a
+    page of ``limit``, the next one at the ``Link: rel="next"`` header's address."""
+    found = service.history_page(session, me, contract_id, page.after_value, page.fetch)
+    shown = paginate(found, page, request, response, key=lambda e: (e.id,))
+    return service.history_read(session, shown)
 
 
 @router.get("/{contract_id}/ledger", response_model=LedgerRead, responses=NOT_FOUND)

@@ -67,14 +67,16 @@ def live_between(session: Session, a: int, b: int) -> Contract | None:
     )
 
 
-def events(session: Session, contract_id: int) -> list[ContractEvent]:
-    return list(
-        session.scalars(
-            select(ContractEvent)
-            .where(ContractEvent.contract_id == contract_id)
-            .order_by(ContractEvent.id)
-        )
+def events(
+    session: Session, contract_id: int, *, after_id: int | None = None, limit: int | None = None
+) -> list[ContractEvent]:
+    """A contract's history in order; a page of it after the event ``after_id`` when given."""
+    query = keyset.after(
+        select(ContractEvent).where(ContractEvent.contract_id == contract_id),
+        [ContractEvent.id],
+        None if after_id is None else (after_id,),
     )
+    return list(session.scalars(query.order_by(ContractEvent.id).limit(limit)))
 
 
 def ledger(session: Session, contract_id: int) -> list[LedgerEntry]:

@@ -361,9 +361,30 @@ def accrue(
     return entry
 
 
-def history(session: Session, principal: Principal, contract_id: int) -> list[ContractEventRead]:
+def history(
+    session: Session,
+    principal: Principal,
+    contract_id: int,
+    *,
+    after_id: int | None = None,
+    limit: int | None = None,
+) -> list[ContractEventRead]:
+    """The contract's steps in order; a page of them after the event ``after_id`` if given."""
+    return history_read(session, history_page(session, principal, contract_id, after_id, limit))
+
+
+def history_page(
+    session: Session,
+    principal: Principal,
+    contract_id: int,
+    after_id: int | None = None,
+    limit: int | None = None,
+) -> list[ContractEvent]:
     contract = get_visible(session, principal, contract_id)
-    events = repository.events(session, contract.id)
+    return repository.events(session, contract.id, after_id=after_id, limit=limit)
+
+
+def history_read(session: Session, events: list[ContractEvent]) -> list[ContractEventRead]:
     names = participants.names_by_id(session, [e.author_id for e in events if e.author_id])
     return [
         ContractEventRead(

@@ -57,6 +57,13 @@ def test_every_list_pages_with_limit_and_a_next_link(abc: Api) -> None:
         items = [item.get("id", item.get("name")) for page in pages for item in page]
         assert len(items) == count == len(set(items)), (path, items)
         assert all(len(page) <= 4 for page in pages)
+    # A contract's history pages too: propose, counter, counter, oldest first.
+    cid = abc.get("A", "/v1/contracts?limit=1").json()[0]["id"]
+    for who, version in (("B", 1), ("A", 2)):
+        counter = {"version": version, "price_min": 0.9, "price_max": 1.0 + version / 10}
+        assert abc.post(who, f"/v1/contracts/{cid}/counter", counter).status_code == 200
+    pages = walk(abc, "B", f"/v1/contracts/{cid}/history?limit=2")
+    assert [[e["version"] for e in page] for page in pages] == [[1, 2], [3]]
     # Every list endpoint takes the parameters and answers a page (no Link: it fits).
     for path in ("/v1/offers", "/v1/movements", "/v1/replicas", "/v1/tasks"):
         response = abc.get("A", f"{path}?limit=1")
