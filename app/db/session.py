@@ -79,9 +79,17 @@ def get_engine(url: str, options: DatabaseOptions = DatabaseOptions()) -> Engine
     if make_url(url).get_backend_name() == "postgresql":
         # connect_timeout bounds a server that accepts TCP and never answers; statement_timeout
         # (milliseconds) bounds a query stuck on a lock or a dying server.
+        # A host that dies or freezes never answers at all, and statement_timeout is the
+        # server's: tcp_user_timeout (ms) fails a send that goes unacknowledged, keepalives find
+        # a silent idle connection, so neither a request nor a pooled connection waits forever.
         connect_args = {
             "connect_timeout": options.connect_timeout,
             "options": f"-c statement_timeout={int(options.statement_timeout * 1000)}",
+            "tcp_user_timeout": int((options.statement_timeout + options.connect_timeout) * 1000),
+            "keepalives": 1,
+            "keepalives_idle": 10,
+            "keepalives_interval": 5,
+            "keepalives_count": 3,
         }
     return create_engine(
         url, pool_pre_ping=True, connect_args=connect_args, **_pool_arguments(url, options)
