@@ -122,19 +122,56 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to listen on."),
     port: int = typer.Option(8000, help="TCP port."),
     federation: Path | None = typer.Option(None, help="Apply this federation file on start."),
+    workers: int = typer.Option(
+        1,
+        min=1,
+        help="Uvicorn worker processes, each with its own connection pool "
+        "(FEDLOAD_MAX_CONCURRENT_REQUESTS + FEDLOAD_DB_POOL_SPARE connections).",
+    ),
+    access_log: bool | None = typer.Option(
+        None,
+        "--access-log/--no-access-log",
+        help="One log line per request (default FEDLOAD_ACCESS_LOG, off).",
+    ),
 ) -> None:
-    """Run the REST API and the admin UI (migrates the registry first)."""
+    """Run the REST API and the admin UI (migrates the registry first).
+
+    Fails at once, in one line, when the database does not answer within
+    FEDLOAD_DB_CONNECT_TIMEOUT_SECONDS.
+    """
     import uvicorn
 
     from app.db.migrate import upgrade
-    from app.main import create_app
+    from app.db.session import check_database
 
     settings = get_settings()
+    try:
+        check_database(settings.database_url, settings.database_options())
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        typer.secho(
+            f"error: the database {_redact(settings.database_url)} does not answer ({reason}); "
+            "check DATABASE_URL and that the server is up",
+            fg="red",
+            err=True,
+        )
+        raise typer.Exit(2) from None
     upgrade(settings.database_url)
     if federation is not None:
         contracts_apply(federation, migrate=False)
-    console.print(f"fedload on http://{host}:{port}  (API docs /docs, admin UI /admin)")
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    console.print(
+        f"fedload on http://{host}:{port}  (API docs /docs, admin UI /admin, {workers} worker(s))"
+    )
+    # An import string and a factory: every worker process builds its own app, engine and pool.
+    uvicorn.run(
+        "app.main:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="info",
+        access_log=settings.access_log if access_log is None else access_log,
+    )
 
 
 @cli.command("demo")
@@ -188,7 +225,7 @@ def demo(
     if serve_only:
         console.print(f"admin UI: http://{host}:{port}/admin (key: FEDLOAD_ADMIN_KEY)")
         console.print(f"REST API: http://{host}:{port}/v1, OpenAPI at http://{host}:{port}/docs")
-        serve(host=host, port=port, federation=federation)
+        serve(host=host, port=port, federation=federation, workers=1, access_log=None)
         return
     from spark_jobs.scenarios.demo import DemoOptions, run_demo
 

@@ -15,12 +15,14 @@ from sqlalchemy.orm.exc import StaleDataError
 from app import __version__
 from app.admin.web import mount_admin
 from app.contracts.endpoints import router as contracts_router
-from app.db.session import session_factory
+from app.db.session import check_database, session_factory
 from app.errors import DomainError
 from app.movements.endpoints import router as movements_router
 from app.movements.replica_endpoints import router as replicas_router
 from app.movements.sweeper import StaleMovementSweeper
 from app.offers.endpoints import router as offers_router
+from app.overload import install as install_overload_protection
+from app.overload import unavailable
 from app.participants.endpoints import router as participants_router
 from app.permits.endpoints import router as permits_router
 from app.settings import Settings, get_settings
@@ -116,7 +118,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=_lifespan,
     )
     app.state.settings = settings
-    app.state.session_factory = session_factory(settings.database_url)
+    app.state.session_factory = session_factory(settings.database_url, settings.database_options())
+    install_overload_protection(app, settings)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(DomainError, _domain_error)
     app.add_exception_handler(StaleDataError, _stale)
@@ -131,6 +134,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.get("/healthz", tags=["service"])
     def healthz() -> dict[str, str]:
         return {"status": "ok", "version": __version__}
+
+    @app.get("/readyz", tags=["service"], responses={503: {"description": "Database unusable."}})
+    def readyz() -> Any:
+        """Ready to serve: the database answers a query (``/healthz`` is liveness only)."""
+        try:
+            check_database(settings.database_url, settings.database_options())
+        except Exception as exc:
+            return unavailable(f"database: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+        return {"status": "ready", "version": __version__}
 
     mount_admin(app, settings)
     return app

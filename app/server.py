@@ -25,7 +25,13 @@ def serve_in_thread(settings: Settings, *, host: str = "127.0.0.1", port: int = 
     """Yield the base URL of the service once it accepts connections; stop it on exit."""
     port = port or free_port(host)
     server = uvicorn.Server(
-        uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning")
+        uvicorn.Config(
+            create_app(settings),
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=settings.access_log,
+        )
     )
     thread = threading.Thread(target=server.run, name="fedload-service", daemon=True)
     thread.start()

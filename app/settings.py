@@ -9,6 +9,8 @@ from typing import Literal
 from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.db.session import DatabaseOptions
+
 DEVELOPMENT_ADMIN_KEY = "dev-admin-key-change-me"
 DEFAULT_SQLITE_PATH = Path("var") / "fedload.db"
 
@@ -35,6 +37,39 @@ class Settings(BaseSettings):
     # service (the task keeps its old host and may move again). Long beside a move (checkpoint
     # shipped and restored, seconds), short enough that a crashed target frees the task soon.
     movement_lease_seconds: float = Field(default=60.0, gt=0)
+
+    # Throughput and overload (issue 15). Every worker process admits at most
+    # ``max_concurrent_requests`` requests at a time and gives each one its own pooled database
+    # connection and a thread; the rest wait up to ``request_queue_seconds`` and then get a 503
+    # with Retry-After. Sizing the three together is what stops the 30 s stalls: before, 40
+    # threads shared 30 connections, and requests holding a connection waited for a thread
+    # while threads waited for a connection until the pool timed out.
+    max_concurrent_requests: int = Field(default=8, ge=1, le=200)
+    request_queue_seconds: float = Field(default=5.0, ge=0)
+    # Connections beyond the admitted requests: the movement sweeper and the admin UI's pages.
+    db_pool_spare: int = Field(default=2, ge=0, le=50)
+    # How long a request waits for a pooled connection before a 503 (never the old 30 s).
+    db_pool_timeout_seconds: float = Field(default=2.0, gt=0)
+    # A database that accepts the TCP connection but never answers must not hang a request or
+    # the start-up: PostgreSQL ``connect_timeout`` (whole seconds, at least 1) and
+    # ``statement_timeout``; SQLite's busy timeout waits this long on the file lock.
+    db_connect_timeout_seconds: int = Field(default=3, ge=1, le=300)
+    db_statement_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Uvicorn's access log: a formatted, flushed line for every request of a JSON API whose
+    # requests cost a few milliseconds each; off by default, on with FEDLOAD_ACCESS_LOG=true
+    # or ``fedload serve --access-log`` (the issue measured the service with it on).
+    access_log: bool = False
+
+    def database_options(self) -> DatabaseOptions:
+        """The API's pool: one connection per admitted request plus the spares, never more
+        (no overflow: a connection beyond the plan is a leak and shows as a 503)."""
+        return DatabaseOptions(
+            pool_size=self.max_concurrent_requests + self.db_pool_spare,
+            max_overflow=0,
+            pool_timeout=self.db_pool_timeout_seconds,
+            connect_timeout=self.db_connect_timeout_seconds,
+            statement_timeout=self.db_statement_timeout_seconds,
+        )
 
     @model_validator(mode="after")
     def _refuse_default_secrets_outside_development(self) -> Settings:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Depends, Query, Request, Response, status
+from pydantic import BaseModel
 
 from app.auth.dependencies import CurrentPrincipal, SessionDep
 from app.contracts import service
@@ -16,9 +17,13 @@ from app.contracts.schemas import (
     LedgerRead,
     VersionBody,
 )
+from app.etags import NOT_MODIFIED, conditional
 from app.models import ContractStatus
+from app.pagination import PageRequest, page_request, paginate
 
 router = APIRouter(prefix="/v1/contracts", tags=["contracts"])
+HistoryPage = Annotated[PageRequest, Depends(page_request("contract history", int))]
+ContractsPage = Annotated[PageRequest, Depends(page_request("contracts", int))]
 
 NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"description": "No such contract, or you are not one of its parties."}
@@ -38,17 +43,30 @@ def propose(body: ContractCreate, me: CurrentPrincipal, session: SessionDep) -> 
 def list_contracts(
     me: CurrentPrincipal,
     session: SessionDep,
+    page: ContractsPage,
+    request: Request,
+    response: Response,
     status_: ContractStatus | None = Query(default=None, alias="status"),
 ) -> list[ContractRead]:
-    """Your contracts (every contract for an admin), optionally filtered by status."""
-    return [service.to_read(session, c) for c in service.list_for(session, me, status_)]
+    """Your contracts (every contract for an admin) by id, optionally filtered by status; a
+    page of ``limit``, the next one at the ``Link: rel="next"`` header's address."""
+    found = service.list_for(session, me, status_, after_id=page.after_value, limit=page.fetch)
+    shown = paginate(found, page, request, response, key=lambda c: (c.id,))
+    return service.to_read_many(session, shown)
 
 
-@router.get("/{contract_id}", response_model=ContractRead, responses=NOT_FOUND)
-def read_contract(contract_id: int, me: CurrentPrincipal, session: SessionDep) -> ContractRead:
+@router.get("/{contract_id}", response_model=ContractRead, responses={**NOT_FOUND, **NOT_MODIFIED})
+def read_contract(
+    contract_id: int,
+    me: CurrentPrincipal,
+    session: SessionDep,
+    request: Request,
+    response: Response,
+) -> BaseModel | Response:
+    """One contract, with an ``ETag``; ``If-None-Match`` with it answers 304 while unchanged."""
     contract = service.get_visible(session, me, contract_id)
     service.expire_if_due(session, contract)
-    return service.to_read(session, contract)
+    return conditional(request, response, service.to_read(session, contract))
 
 
 @router.post(
@@ -92,9 +110,19 @@ def terminate(
 
 
 @router.get("/{contract_id}/history", response_model=list[ContractEventRead], responses=NOT_FOUND)
-def history(contract_id: int, me: CurrentPrincipal, session: SessionDep) -> list[ContractEventRead]:
-    """Every proposal, counter and decision, with author, version and time."""
-    return service.history(session, me, contract_id)
+def history(
+    contract_id: int,
+    me: CurrentPrincipal,
+    session: SessionDep,
+    page: HistoryPage,
+    request: Request,
+    response: Response,
+) -> list[ContractEventRead]:
+    """Every proposal, counter and decision, with author, version and time, oldest first; a
+    page of ``limit``, the next one at the ``Link: rel="next"`` header's address."""
+    found = service.history_page(session, me, contract_id, page.after_value, page.fetch)
+    shown = paginate(found, page, request, response, key=lambda e: (e.id,))
+    return service.history_read(session, shown)
 
 
 @router.get("/{contract_id}/ledger", response_model=LedgerRead, responses=NOT_FOUND)

@@ -119,10 +119,18 @@ def _log(
 
 
 def to_read(session: Session, contract: Contract) -> ContractRead:
-    ids = [contract.proposer_id, contract.partner_id]
-    if contract.terms_author_id is not None:
-        ids.append(contract.terms_author_id)
+    return to_read_many(session, [contract])[0]
+
+
+def to_read_many(session: Session, contracts: list[Contract]) -> list[ContractRead]:
+    """API views of ``contracts`` with one query for every party's name (not one per row)."""
+    ids = {pid for c in contracts for pid in c.parties()}
+    ids |= {c.terms_author_id for c in contracts if c.terms_author_id is not None}
     names = participants.names_by_id(session, ids)
+    return [_read(contract, names) for contract in contracts]
+
+
+def _read(contract: Contract, names: dict[int, str]) -> ContractRead:
     has_availability = contract.recovery or contract.max_delay_seconds or contract.replica_hosting
     return ContractRead(
         id=contract.id,
@@ -196,12 +204,19 @@ def expire_if_due(session: Session, contract: Contract, now: datetime | None = N
 
 
 def list_for(
-    session: Session, principal: Principal, status: ContractStatus | None
+    session: Session,
+    principal: Principal,
+    status: ContractStatus | None,
+    *,
+    after_id: int | None = None,
+    limit: int | None = None,
 ) -> list[Contract]:
-    contracts = repository.for_participant(session, principal.participant_id)
-    for contract in contracts:
+    """A page of the caller's contracts by id; those past their term are expired first."""
+    for contract in repository.due_to_expire(session, principal.participant_id, utcnow()):
         expire_if_due(session, contract)
-    return [c for c in contracts if status is None or c.status is status]
+    return repository.for_participant(
+        session, principal.participant_id, status=status, after_id=after_id, limit=limit
+    )
 
 
 def _decide(
@@ -346,9 +361,30 @@ def accrue(
     return entry
 
 
-def history(session: Session, principal: Principal, contract_id: int) -> list[ContractEventRead]:
+def history(
+    session: Session,
+    principal: Principal,
+    contract_id: int,
+    *,
+    after_id: int | None = None,
+    limit: int | None = None,
+) -> list[ContractEventRead]:
+    """The contract's steps in order; a page of them after the event ``after_id`` if given."""
+    return history_read(session, history_page(session, principal, contract_id, after_id, limit))
+
+
+def history_page(
+    session: Session,
+    principal: Principal,
+    contract_id: int,
+    after_id: int | None = None,
+    limit: int | None = None,
+) -> list[ContractEvent]:
     contract = get_visible(session, principal, contract_id)
-    events = repository.events(session, contract.id)
+    return repository.events(session, contract.id, after_id=after_id, limit=limit)
+
+
+def history_read(session: Session, events: list[ContractEvent]) -> list[ContractEventRead]:
     names = participants.names_by_id(session, [e.author_id for e in events if e.author_id])
     return [
         ContractEventRead(

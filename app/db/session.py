@@ -4,12 +4,31 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
+
+
+@dataclass(frozen=True)
+class DatabaseOptions:
+    """How one process talks to the registry: pool size and the timeouts that keep a slow or
+    silent database from stalling requests (issue 15).
+
+    The defaults suit CLI commands, scripts and tests (a generous pool that may overflow); the
+    API sizes its pool to the requests it admits (``Settings.database_options``)."""
+
+    pool_size: int = 10
+    max_overflow: int = 20
+    # Seconds a checkout waits for a pooled connection before ``sqlalchemy.exc.TimeoutError``
+    # (rendered by the API as 503 + Retry-After, ``app.db.faults``).
+    pool_timeout: float = 30.0
+    connect_timeout: int = 3
+    statement_timeout: float = 10.0
 
 
 def normalise_url(url: str) -> str:
@@ -25,14 +44,28 @@ def _ensure_sqlite_folder(url: str) -> None:
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
 
 
+def _pool_arguments(url: str, options: DatabaseOptions) -> dict[str, Any]:
+    if make_url(url).database in (None, "", ":memory:"):
+        return {}  # an in-memory SQLite database lives in one connection (SingletonThreadPool)
+    return {
+        "pool_size": options.pool_size,
+        "max_overflow": options.max_overflow,
+        "pool_timeout": options.pool_timeout,
+    }
+
+
 @lru_cache(maxsize=8)
-def get_engine(url: str) -> Engine:
+def get_engine(url: str, options: DatabaseOptions = DatabaseOptions()) -> Engine:
     url = normalise_url(url)
     _ensure_sqlite_folder(url)
     if url.startswith("sqlite"):
         # The API serves requests on a thread pool; a SQLite connection must be usable from
-        # whichever thread picks it up. Waiting on the file lock beats failing at once.
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        # whichever thread picks it up. The busy timeout bounds a wait on the file lock.
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": options.statement_timeout},
+            **_pool_arguments(url, options),
+        )
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_connection, _record):  # type: ignore[no-untyped-def]
@@ -42,11 +75,38 @@ def get_engine(url: str) -> Engine:
             cursor.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    connect_args: dict[str, Any] = {}
+    if make_url(url).get_backend_name() == "postgresql":
+        # connect_timeout bounds a server that accepts TCP and never answers; statement_timeout
+        # (milliseconds) bounds a query stuck on a lock or a dying server.
+        # A host that dies or freezes never answers at all, and statement_timeout is the
+        # server's: tcp_user_timeout (ms) fails a send that goes unacknowledged, keepalives find
+        # a silent idle connection, so neither a request nor a pooled connection waits forever.
+        connect_args = {
+            "connect_timeout": options.connect_timeout,
+            "options": f"-c statement_timeout={int(options.statement_timeout * 1000)}",
+            "tcp_user_timeout": int((options.statement_timeout + options.connect_timeout) * 1000),
+            "keepalives": 1,
+            "keepalives_idle": 10,
+            "keepalives_interval": 5,
+            "keepalives_count": 3,
+        }
+    return create_engine(
+        url, pool_pre_ping=True, connect_args=connect_args, **_pool_arguments(url, options)
+    )
 
 
-def session_factory(url: str) -> sessionmaker[Session]:
-    return sessionmaker(bind=get_engine(url), expire_on_commit=False)
+def session_factory(
+    url: str, options: DatabaseOptions = DatabaseOptions()
+) -> sessionmaker[Session]:
+    return sessionmaker(bind=get_engine(url, options), expire_on_commit=False)
+
+
+def check_database(url: str, options: DatabaseOptions = DatabaseOptions()) -> None:
+    """Raise ``sqlalchemy.exc.OperationalError`` unless the database answers a query within
+    the connect and statement timeouts (``/readyz``, ``fedload serve`` at start)."""
+    with get_engine(url, options).connect() as connection:
+        connection.execute(text("SELECT 1"))
 
 
 @contextmanager

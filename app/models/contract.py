@@ -11,6 +11,7 @@ from sqlalchemy import (
     Enum,
     Float,
     ForeignKey,
+    Index,
     Integer,
     String,
 )
@@ -45,6 +46,8 @@ class Contract(Base):
         CheckConstraint("ends_at > starts_at", name="term_ordered"),
         CheckConstraint("min_move_seconds >= 0", name="min_move_non_negative"),
         CheckConstraint("proposer_id <> partner_id", name="two_distinct_parties"),
+        # Every contract list first expires live contracts past their term (migration 0007).
+        Index("ix_contracts_status_ends_at", "status", "ends_at"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

@@ -31,8 +31,9 @@ class Movement(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)
-    from_id: Mapped[int] = mapped_column(ForeignKey("participants.id"))
-    to_id: Mapped[int] = mapped_column(ForeignKey("participants.id"))
+    # Indexed for a participant's movement list (from or to it, newest first; migration 0007).
+    from_id: Mapped[int] = mapped_column(ForeignKey("participants.id"), index=True)
+    to_id: Mapped[int] = mapped_column(ForeignKey("participants.id"), index=True)
     contract_id: Mapped[int | None] = mapped_column(ForeignKey("contracts.id"), nullable=True)
     offer_id: Mapped[int | None] = mapped_column(ForeignKey("offers.id"), nullable=True)
     reason: Mapped[MovementReason] = mapped_column(

@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, CheckConstraint, Float, ForeignKey, Integer, String
+from sqlalchemy import JSON, Boolean, CheckConstraint, Float, ForeignKey, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, UTCDateTime, utcnow
@@ -13,7 +13,11 @@ class Task(Base):
     """A query fragment: owned by one participant, hosted by exactly one at any instant."""
 
     __tablename__ = "tasks"
-    __table_args__ = (CheckConstraint("load >= 0", name="load_non_negative"),)
+    __table_args__ = (
+        CheckConstraint("load >= 0", name="load_non_negative"),
+        # The task list's order and keyset (name, then id; migration 0007).
+        Index("ix_tasks_name_id", "name", "id"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(128), unique=True)

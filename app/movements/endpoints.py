@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request, Response, status
 
 from app.auth.dependencies import CurrentPrincipal, SessionDep
 from app.movements import repository, service
 from app.movements.schemas import MovementCommit, MovementCreate, MovementRead
+from app.pagination import PageRequest, page_request, paginate
 
 router = APIRouter(prefix="/v1/movements", tags=["market"])
+MovementsPage = Annotated[PageRequest, Depends(page_request("movements", int))]
 
 
 @router.post(
@@ -25,9 +29,20 @@ def request(body: MovementCreate, me: CurrentPrincipal, session: SessionDep) -> 
 
 
 @router.get("", response_model=list[MovementRead], response_model_by_alias=True)
-def list_movements(me: CurrentPrincipal, session: SessionDep) -> list[MovementRead]:
-    """Movements from or to you, newest first (every movement for an admin)."""
-    return service.to_read(session, repository.visible_to(session, me.participant_id))
+def list_movements(
+    me: CurrentPrincipal,
+    session: SessionDep,
+    page: MovementsPage,
+    request: Request,
+    response: Response,
+) -> list[MovementRead]:
+    """Movements from or to you, newest first (every movement for an admin); a page of
+    ``limit``, the next (older) one at the ``Link: rel="next"`` header's address."""
+    found = repository.visible_to(
+        session, me.participant_id, limit=page.fetch, before_id=page.after_value
+    )
+    shown = paginate(found, page, request, response, key=lambda m: (m.id,))
+    return service.to_read(session, shown)
 
 
 @router.get("/{movement_id}", response_model=MovementRead, response_model_by_alias=True)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request, Response, status
 
 from app.auth.dependencies import CurrentPrincipal, SessionDep, SettingsDep
 from app.movements import replicas
 from app.movements.replica_schemas import ReplicaCreate, ReplicaRead, ReplicaStateUpdate
+from app.pagination import PageRequest, page_request, paginate
 from app.participants import repository as participants
 from app.participants import service as participant_service
 
 router = APIRouter(tags=["availability"])
+ReplicasPage = Annotated[PageRequest, Depends(page_request("replicas", int, int))]
 
 
 @router.post(
@@ -29,7 +33,12 @@ def place(
 
 @router.get("/v1/replicas", response_model=list[ReplicaRead])
 def list_replicas(
-    me: CurrentPrincipal, session: SessionDep, settings: SettingsDep
+    me: CurrentPrincipal,
+    session: SessionDep,
+    settings: SettingsDep,
+    page: ReplicasPage,
+    request: Request,
+    response: Response,
 ) -> list[ReplicaRead]:
     """Replicas with their DPC state (FAILED when the host stopped heartbeating): all of them
     for an admin, else those you host or whose task you own."""
@@ -39,7 +48,10 @@ def list_replicas(
         interval_seconds=settings.heartbeat_interval_seconds,
         misses=settings.heartbeat_misses,
     )
-    return replicas.to_read(session, replicas.visible(session, me))
+    after = None if page.after is None else (int(page.after[0]), int(page.after[1]))
+    found = replicas.visible(session, me, after=after, limit=page.fetch)
+    shown = paginate(found, page, request, response, key=lambda r: (r.task_id, r.id))
+    return replicas.to_read(session, shown)
 
 
 @router.put("/v1/replicas/{task}/state", response_model=ReplicaRead)

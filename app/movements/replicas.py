@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from app.audit import service as audit
 from app.auth.principal import Principal
 from app.availability import PlacementError, ReplicaCandidate, place_replicas
+from app.db import keyset
 from app.db.base import utcnow
 from app.errors import Conflict, Forbidden, InvalidInput, NotFound
 from app.models import Contract, ContractStatus, Participant, Replica, ReplicaTechnique, Task
@@ -250,9 +251,17 @@ def report_state(
     return replica
 
 
-def visible(session: Session, principal: Principal) -> list[Replica]:
-    """Every replica for an admin; for a participant, those it hosts or whose task it owns."""
-    query = select(Replica).order_by(Replica.task_id, Replica.id)
+def visible(
+    session: Session,
+    principal: Principal,
+    *,
+    after: tuple[int, int] | None = None,
+    limit: int | None = None,
+) -> list[Replica]:
+    """Every replica for an admin; for a participant, those it hosts or whose task it owns;
+    by task then id, a page after the key ``after`` when given."""
+    query = keyset.after(select(Replica), [Replica.task_id, Replica.id], after)
+    query = query.order_by(Replica.task_id, Replica.id).limit(limit)
     if principal.participant_id is not None:
         owned = select(Task.id).where(Task.owner_id == principal.participant_id)
         query = query.where(
@@ -262,8 +271,18 @@ def visible(session: Session, principal: Principal) -> list[Replica]:
 
 
 def to_read(session: Session, replicas: list[Replica]) -> list[ReplicaRead]:
-    people = {p.id: p for p in session.scalars(select(Participant))}
-    tasks = {t.id: t.name for t in session.scalars(select(Task))}
+    # Only the rows' hosts and tasks, not every participant and task in the registry.
+    people = {
+        p.id: p
+        for p in session.scalars(
+            select(Participant).where(Participant.id.in_({r.participant_id for r in replicas}))
+        )
+    }
+    tasks = dict(
+        session.execute(
+            select(Task.id, Task.name).where(Task.id.in_({r.task_id for r in replicas}))
+        ).all()
+    )
     out = []
     for r in replicas:
         host = people[r.participant_id]

@@ -5,6 +5,7 @@ from datetime import datetime
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
+from app.db import keyset
 from app.models import Movement, MovementStatus, Task
 
 
@@ -52,8 +53,22 @@ def committed_for_task(session: Session, task_id: int) -> list[Movement]:
     )
 
 
-def visible_to(session: Session, participant_id: int | None, *, limit: int = 500) -> list[Movement]:
-    query = select(Movement).order_by(Movement.id.desc()).limit(limit)
+def visible_to(
+    session: Session,
+    participant_id: int | None,
+    *,
+    limit: int = 500,
+    before_id: int | None = None,
+) -> list[Movement]:
+    """Movements from or to a participant (all for None), newest first; a page of them
+    older than ``before_id`` when given."""
+    query = keyset.after(
+        select(Movement),
+        [Movement.id],
+        None if before_id is None else (before_id,),
+        descending=True,
+    )
+    query = query.order_by(Movement.id.desc()).limit(limit)
     if participant_id is not None:
         query = query.where(
             or_(Movement.from_id == participant_id, Movement.to_id == participant_id)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Query, status
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request, Response, status
 
 from app.auth.dependencies import CurrentPrincipal, SessionDep
 from app.models import OfferStatus
 from app.offers import service
 from app.offers.schemas import OfferAccept, OfferCreate, OfferDecision, OfferRead
+from app.pagination import PageRequest, page_request, paginate
 
 router = APIRouter(prefix="/v1/offers", tags=["market"])
+OffersPage = Annotated[PageRequest, Depends(page_request("offers", int))]
 
 
 def _one(session: SessionDep, offer: object) -> OfferRead:
@@ -28,10 +32,15 @@ def create(body: OfferCreate, me: CurrentPrincipal, session: SessionDep) -> Offe
 def list_offers(
     me: CurrentPrincipal,
     session: SessionDep,
+    page: OffersPage,
+    request: Request,
+    response: Response,
     status_: OfferStatus | None = Query(None, alias="status"),
 ) -> list[OfferRead]:
-    """Offers you made or received (every offer for an admin)."""
-    return service.to_read(session, service.list_for(session, me, status_))
+    """Offers you made or received (every offer for an admin) by id; a page of ``limit``, the
+    next one at the ``Link: rel="next"`` header's address."""
+    found = service.list_for(session, me, status_, after_id=page.after_value, limit=page.fetch)
+    return service.to_read(session, paginate(found, page, request, response, key=lambda o: (o.id,)))
 
 
 @router.get("/{offer_id}", response_model=OfferRead, response_model_by_alias=True)

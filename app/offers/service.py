@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 from app.audit import service as audit
 from app.auth.principal import Principal
 from app.contracts import service as contracts
+from app.db import keyset
 from app.db.base import utcnow
 from app.errors import Conflict, Forbidden, InvalidInput, NotFound
 from app.market import protocol
@@ -392,15 +393,25 @@ def _close(
     return offer
 
 
-def list_for(session: Session, principal: Principal, status: OfferStatus | None) -> list[Offer]:
-    query = select(Offer).order_by(Offer.id)
+def list_for(
+    session: Session,
+    principal: Principal,
+    status: OfferStatus | None,
+    *,
+    after_id: int | None = None,
+    limit: int | None = None,
+) -> list[Offer]:
+    """Offers the caller made or received (all for an admin) by id, a page from ``after_id``."""
+    query = keyset.after(
+        select(Offer), [Offer.id], None if after_id is None else (after_id,)
+    ).order_by(Offer.id)
     if principal.participant_id is not None:
         query = query.where(
             or_(Offer.from_id == principal.participant_id, Offer.to_id == principal.participant_id)
         )
     if status is not None:
         query = query.where(Offer.status == status)
-    return list(session.scalars(query))
+    return list(session.scalars(query.limit(limit)))
 
 
 def to_read(session: Session, offers: list[Offer]) -> list[OfferRead]:

@@ -12,11 +12,24 @@ from urllib.parse import quote
 
 import httpx
 
+# Items per page when a list is read whole: the service's maximum, fewest round trips.
+PAGE_SIZE = 500
+
 
 class ApiError(RuntimeError):
     def __init__(self, status: int, detail: str, field: str | None) -> None:
         super().__init__(f"HTTP {status}: {detail}" + (f" (field {field})" if field else ""))
         self.status, self.detail, self.field = status, detail, field
+
+
+def _body(response: httpx.Response) -> Any:
+    if response.status_code >= 400:
+        try:
+            body = response.json()
+        except ValueError:
+            body = {"detail": response.text, "field": None}
+        raise ApiError(response.status_code, str(body.get("detail")), body.get("field"))
+    return response.json()
 
 
 @dataclass
@@ -38,14 +51,21 @@ class FedloadClient:
         self._http.close()
 
     def _call(self, method: str, path: str, json: Any = None, params: Any = None) -> Any:
-        response = self._http.request(method, path, json=json, params=params)
-        if response.status_code >= 400:
-            try:
-                body = response.json()
-            except ValueError:
-                body = {"detail": response.text, "field": None}
-            raise ApiError(response.status_code, str(body.get("detail")), body.get("field"))
-        return response.json()
+        return _body(self._http.request(method, path, json=json, params=params))
+
+    def _list(self, path: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Every item of a paginated list: the service answers a page at a time and names the
+        next one in ``Link: <...>; rel="next"`` (``app/pagination.py``)."""
+        items: list[dict[str, Any]] = []
+        url: str = path
+        query: dict[str, Any] | None = {**(params or {}), "limit": PAGE_SIZE}
+        while True:
+            response = self._http.get(url, params=query)
+            items.extend(_body(response))
+            following = response.links.get("next")
+            if following is None:
+                return items
+            url, query = following["url"], None  # the link carries limit, filters and cursor
 
     # participants
     def me(self) -> dict[str, Any]:
@@ -62,13 +82,11 @@ class FedloadClient:
 
     # contracts
     def contracts(self, status: str | None = None) -> list[dict[str, Any]]:
-        return list(
-            self._call("GET", "/v1/contracts", params={"status": status} if status else None)
-        )
+        return self._list("/v1/contracts", {"status": status} if status else None)
 
     # tasks
     def tasks(self) -> list[dict[str, Any]]:
-        return list(self._call("GET", "/v1/tasks"))
+        return self._list("/v1/tasks")
 
     def task(self, name: str) -> dict[str, Any]:
         return dict(self._call("GET", f"/v1/tasks/{quote(name, safe='')}"))
@@ -81,7 +99,7 @@ class FedloadClient:
         return dict(self._call("GET", f"/v1/tasks/{task}/lease"))
 
     def replicas(self) -> list[dict[str, Any]]:
-        return list(self._call("GET", "/v1/replicas"))
+        return self._list("/v1/replicas")
 
     # reconciliation permits (the registry's arbiter)
     def request_permit(self, fragment: str, replica: str) -> dict[str, Any]:
@@ -93,7 +111,7 @@ class FedloadClient:
         return dict(self._call("POST", path, json={"replica": replica}))
 
     def permits(self) -> list[dict[str, Any]]:
-        return list(self._call("GET", "/v1/permits"))
+        return self._list("/v1/permits")
 
     # offers
     def offer(
@@ -118,7 +136,7 @@ class FedloadClient:
         return dict(self._call("POST", "/v1/offers", json=body))
 
     def offers(self, status: str | None = None) -> list[dict[str, Any]]:
-        return list(self._call("GET", "/v1/offers", params={"status": status} if status else None))
+        return self._list("/v1/offers", {"status": status} if status else None)
 
     def accept(
         self,
@@ -150,7 +168,13 @@ class FedloadClient:
         return dict(self._call("GET", f"/v1/movements/{int(movement_id)}"))
 
     def movements(self) -> list[dict[str, Any]]:
-        return list(self._call("GET", "/v1/movements"))
+        """Movements from or to this participant, newest first."""
+        return self._list("/v1/movements")
+
+    # participants
+    def participants(self) -> list[dict[str, Any]]:
+        """Every participant's public profile and liveness."""
+        return self._list("/v1/participants")
 
     def request_movement(self, task: str, to: str, reason: str) -> dict[str, Any]:
         return dict(

@@ -164,7 +164,7 @@ def _loop(node: Agent, client: FedloadClient, options: AgentOptions, stop: threa
     while not stop.is_set() and (options.ticks == 0 or tick < options.ticks):
         began = time.monotonic()
         try:
-            liveness = {p["name"]: p["liveness"] for p in client._call("GET", "/v1/participants")}
+            liveness = {p["name"]: p["liveness"] for p in client.participants()}
             node.tick(began - started, liveness=liveness)
         except Exception as error:
             if not _unreachable(error):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request, Response, status
 
 from app.auth.dependencies import (
     AdminPrincipal,
@@ -11,6 +13,7 @@ from app.auth.dependencies import (
     SessionDep,
     SettingsDep,
 )
+from app.pagination import PageRequest, page_request, paginate
 from app.participants import repository, service
 from app.participants.schemas import (
     Heartbeat,
@@ -23,6 +26,7 @@ from app.participants.schemas import (
 )
 
 router = APIRouter(prefix="/v1/participants", tags=["participants"])
+ParticipantsPage = Annotated[PageRequest, Depends(page_request("participants", str, int))]
 
 
 @router.post("", response_model=ParticipantCreated, status_code=status.HTTP_201_CREATED)
@@ -49,10 +53,18 @@ def heartbeat(body: Heartbeat, me: CurrentParticipant, session: SessionDep) -> P
 
 @router.get("", response_model=list[ParticipantPublic])
 def list_participants(
-    _: CurrentPrincipal, session: SessionDep, settings: SettingsDep
+    _: CurrentPrincipal,
+    session: SessionDep,
+    settings: SettingsDep,
+    page: ParticipantsPage,
+    request: Request,
+    response: Response,
 ) -> list[ParticipantPublic]:
-    """Every participant's public profile and liveness (no capacities, cost models or keys)."""
-    people = repository.all_participants(session)
+    """Every participant's public profile and liveness (no capacities, cost models or keys),
+    by name; a page of ``limit``, the next one at the ``Link: rel="next"`` header's address."""
+    after = None if page.after is None else (str(page.after[0]), int(page.after[1]))
+    found = repository.all_participants(session, after=after, limit=page.fetch)
+    people = paginate(found, page, request, response, key=lambda p: (p.name, p.id))
     service.refresh_liveness(
         session,
         people,

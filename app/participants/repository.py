@@ -8,6 +8,7 @@ from datetime import datetime
 from sqlalchemy import and_, exists, func, or_, select
 from sqlalchemy.orm import Session
 
+from app.db import keyset
 from app.models import (
     Contract,
     ContractStatus,
@@ -33,8 +34,12 @@ def by_names(session: Session, names: Iterable[str]) -> dict[str, Participant]:
     return {p.name: p for p in rows}
 
 
-def all_participants(session: Session) -> list[Participant]:
-    return list(session.scalars(select(Participant).order_by(Participant.name)))
+def all_participants(
+    session: Session, *, after: tuple[str, int] | None = None, limit: int | None = None
+) -> list[Participant]:
+    """Every participant by name (then id); a page after the key ``after`` when given."""
+    query = keyset.after(select(Participant), [Participant.name, Participant.id], after)
+    return list(session.scalars(query.order_by(Participant.name, Participant.id).limit(limit)))
 
 
 def names_by_id(session: Session, ids: Iterable[int]) -> dict[int, str]:

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Depends, Path, Request, Response
 
 from app.auth.dependencies import AdminPrincipal, CurrentPrincipal, SessionDep, SettingsDep
+from app.db.base import utcnow
+from app.pagination import PageRequest, page_request, paginate
 from app.permits import service
 from app.permits.schemas import PermitAsk, PermitDecision, PermitRead
 
 router = APIRouter(prefix="/v1/permits", tags=["availability"])
 
 Fragment = Annotated[str, Path(min_length=1, max_length=service.MAX_NAME)]
+PermitsPage = Annotated[PageRequest, Depends(page_request("permits", str))]
 
 
 @router.post("/{fragment}/request", response_model=PermitDecision)
@@ -53,6 +56,11 @@ def release_permit(
 
 
 @router.get("", response_model=list[PermitRead])
-def list_permits(_: AdminPrincipal, session: SessionDep) -> list[PermitRead]:
-    """Every fragment's permit: which replica holds it, until when, at which fence (admin)."""
-    return service.listed(session)
+def list_permits(
+    _: AdminPrincipal, session: SessionDep, page: PermitsPage, request: Request, response: Response
+) -> list[PermitRead]:
+    """Every fragment's permit: which replica holds it, until when, at which fence (admin); by
+    fragment, a page of ``limit``, the next one at the ``Link: rel="next"`` header's address."""
+    found = service.permits_page(session, after=page.after_value, limit=page.fetch)
+    shown = paginate(found, page, request, response, key=lambda p: (p.fragment,))
+    return service.to_read(session, shown, utcnow())

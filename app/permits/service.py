@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session
 from app.audit import service as audit
 from app.auth.principal import Principal
 from app.availability import leases
+from app.db import keyset
 from app.db.base import utcnow
 from app.errors import Conflict, Forbidden, InvalidInput, NotFound
 from app.models import Participant, ReconciliationPermit, Replica, Task
@@ -202,10 +203,19 @@ def release(session: Session, principal: Principal, fragment: str, replica: str)
 
 
 def listed(session: Session) -> list[PermitRead]:
-    rows = list(
-        session.scalars(select(ReconciliationPermit).order_by(ReconciliationPermit.fragment))
+    return to_read(session, permits_page(session), utcnow())
+
+
+def permits_page(
+    session: Session, *, after: str | None = None, limit: int | None = None
+) -> list[ReconciliationPermit]:
+    """Every fragment's permit by fragment (unique); a page after ``after`` when given."""
+    query = keyset.after(
+        select(ReconciliationPermit),
+        [ReconciliationPermit.fragment],
+        None if after is None else (after,),
     )
-    return to_read(session, rows, utcnow())
+    return list(session.scalars(query.order_by(ReconciliationPermit.fragment).limit(limit)))
 
 
 def to_read(session: Session, rows: list[ReconciliationPermit], now: datetime) -> list[PermitRead]:

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request, Response, status
+from pydantic import BaseModel
 
 from app.auth.dependencies import CurrentPrincipal, SessionDep
+from app.etags import NOT_MODIFIED, conditional
 from app.movements import repository as movements
 from app.movements.schemas import LeaseRead
+from app.pagination import PageRequest, page_request, paginate
 from app.participants import repository as participants
 from app.tasks import repository, service
 from app.tasks.schemas import TaskCreate, TaskRead, TaskUpdate
 
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
+TasksPage = Annotated[PageRequest, Depends(page_request("tasks", str, int))]
 
 
 @router.post("", response_model=TaskRead, status_code=status.HTTP_201_CREATED)
@@ -22,14 +28,24 @@ def declare(body: TaskCreate, me: CurrentPrincipal, session: SessionDep) -> Task
 
 
 @router.get("", response_model=list[TaskRead])
-def list_tasks(me: CurrentPrincipal, session: SessionDep) -> list[TaskRead]:
-    """Tasks you own or host (every task for an admin)."""
-    return service.to_read(session, repository.visible_to(session, me.participant_id))
+def list_tasks(
+    me: CurrentPrincipal, session: SessionDep, page: TasksPage, request: Request, response: Response
+) -> list[TaskRead]:
+    """Tasks you own or host (every task for an admin) by name; a page of ``limit``, the next
+    one at the ``Link: rel="next"`` header's address."""
+    after = None if page.after is None else (str(page.after[0]), int(page.after[1]))
+    found = repository.visible_to(session, me.participant_id, after=after, limit=page.fetch)
+    shown = paginate(found, page, request, response, key=lambda t: (t.name, t.id))
+    return service.to_read(session, shown)
 
 
-@router.get("/{name}", response_model=TaskRead)
-def read_task(name: str, me: CurrentPrincipal, session: SessionDep) -> TaskRead:
-    return service.to_read(session, [service.get_readable(session, me, name)])[0]
+@router.get("/{name}", response_model=TaskRead, responses=NOT_MODIFIED)
+def read_task(
+    name: str, me: CurrentPrincipal, session: SessionDep, request: Request, response: Response
+) -> BaseModel | Response:
+    """One task, with an ``ETag``; ``If-None-Match`` with it answers 304 while unchanged."""
+    task = service.to_read(session, [service.get_readable(session, me, name)])[0]
+    return conditional(request, response, task)
 
 
 @router.patch("/{name}", response_model=TaskRead)

@@ -5,6 +5,7 @@ from collections.abc import Iterable
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
+from app.db import keyset
 from app.models import Task
 
 
@@ -12,12 +13,19 @@ def get_by_name(session: Session, name: str) -> Task | None:
     return session.scalar(select(Task).where(Task.name == name))
 
 
-def visible_to(session: Session, participant_id: int | None) -> list[Task]:
-    """Tasks a participant owns or hosts; every task for admins (None)."""
-    query = select(Task).order_by(Task.name)
+def visible_to(
+    session: Session,
+    participant_id: int | None,
+    *,
+    after: tuple[str, int] | None = None,
+    limit: int | None = None,
+) -> list[Task]:
+    """Tasks a participant owns or hosts; every task for admins (None); by name (then id), a
+    page after the key ``after`` when given."""
+    query = keyset.after(select(Task), [Task.name, Task.id], after).order_by(Task.name, Task.id)
     if participant_id is not None:
         query = query.where(or_(Task.owner_id == participant_id, Task.host_id == participant_id))
-    return list(session.scalars(query))
+    return list(session.scalars(query.limit(limit)))
 
 
 def fragments_by_name(session: Session, names: Iterable[str]) -> dict[str, str | None]:

@@ -1,0 +1,303 @@
+"""The API under a mixed workload: ``python -m bench.api.run [--workers 1 2] [--seconds 20]``.
+
+For each worker count: a fresh PostgreSQL database, ``fedload serve --workers N`` as its own
+process (production settings, access log off), a seeded federation, then ``--users`` virtual
+users in a closed loop, each negotiating with its own partner so that every request is real
+work and none is a lost race: propose, get, list, counter, get, list offers, accept, get, list,
+list offers, terminate, get (4 writes, 8 reads). Reports req/s, p50/p99 latency, errors (any
+unexpected status), and the load average before and while it ran. Figures go in
+bench/api/README.md; performance is never asserted in a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from app.server import free_port
+from bench.api.loadgen import Connection, Tally, percentile
+from tests.support.components import postgres_url
+
+ADMIN_KEY = "bench-admin-key"
+SERVICE_PGID: dict[int, int] = {}
+HOST = "127.0.0.1"
+
+
+@contextmanager
+def fresh_database() -> Iterator[str]:
+    server = postgres_url()
+    name = f"fedload_bench_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(server).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(
+                sa.text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = :n AND pid <> pg_backend_pid()"
+                ),
+                {"n": name},
+            )
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+        admin.dispose()
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of ``pids`` (gone processes count 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of stat)
+    return total / CLOCK_TICKS
+
+
+def process_group(pgid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getpgid(int(entry.name)) == pgid:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def database_backends(database_url: str) -> list[int]:
+    engine = sa.create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            return list(
+                conn.execute(
+                    sa.text(
+                        "SELECT pid FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                ).scalars()
+            )
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def service(database_url: str, workers: int, extra_env: dict[str, str]) -> Iterator[int]:
+    port = free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "FEDLOAD_ADMIN_KEY": ADMIN_KEY,
+        "FEDLOAD_SESSION_SECRET": "bench-session-secret",
+        "FEDLOAD_ENVIRONMENT": "production",
+        **extra_env,
+    }
+    command = [sys.executable, "-m", "app", "serve", "--host", HOST, "--port", str(port)]
+    process = subprocess.Popen(
+        [*command, "--workers", str(workers)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if process.poll() is not None:
+                assert process.stderr is not None
+                failure = process.stderr.read().decode()[-2000:]
+                raise RuntimeError(f"fedload serve exited: {failure}")
+            try:
+                if httpx.get(f"http://{HOST}:{port}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("fedload serve did not become ready within 120 s")
+            time.sleep(0.3)
+        SERVICE_PGID[port] = process.pid
+        yield port
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def seed(port: int, users: int) -> list[tuple[str, str, str]]:
+    """Two participants per virtual user: (proposer key, partner key, partner name)."""
+    pairs = []
+    with httpx.Client(base_url=f"http://{HOST}:{port}", timeout=60) as client:
+        admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        for u in range(users):
+            keys = []
+            for side in ("a", "b"):
+                r = client.post(
+                    "/v1/participants",
+                    json={"name": f"u{u}{side}", "capacity": 100},
+                    headers=admin,
+                )
+                r.raise_for_status()
+                keys.append(r.json()["api_key"])
+            pairs.append((keys[0], keys[1], f"u{u}b"))
+    return pairs
+
+
+async def virtual_user(
+    port: int, pair: tuple[str, str, str], tally: Tally, stop_at: float, warm_until: float
+) -> None:
+    a = Connection(HOST, port, pair[0])
+    b = Connection(HOST, port, pair[1])
+    partner = pair[2]
+
+    async def call(op: str, conn: Connection, method: str, path: str, body: Any, ok: int) -> Any:
+        started = time.perf_counter()
+        reply = await conn.request(method, path, body)
+        tally.sent += 1
+        if time.monotonic() >= warm_until:
+            tally.record(op, started, reply.status == ok)
+        return reply.json() if reply.status == ok and reply.body else None
+
+    terms = {"partner": partner, "price_min": 0.8, "price_max": 1.0}
+    try:
+        while time.monotonic() < stop_at:
+            made = await call("propose", a, "POST", "/v1/contracts", terms, 201)
+            if made is None:
+                continue
+            path = f"/v1/contracts/{made['id']}"
+            await call("get", b, "GET", path, None, 200)
+            await call("list", a, "GET", "/v1/contracts?limit=20", None, 200)
+            counter = {"version": 1, "price_min": 0.9, "price_max": 1.0}
+            await call("counter", b, "POST", f"{path}/counter", counter, 200)
+            await call("get", a, "GET", path, None, 200)
+            await call("offers", b, "GET", "/v1/offers?limit=20", None, 200)
+            await call("accept", a, "POST", f"{path}/accept", {"version": 2}, 200)
+            await call("get", b, "GET", path, None, 200)
+            await call("list", b, "GET", "/v1/contracts?limit=20&status=active", None, 200)
+            await call("offers", a, "GET", "/v1/offers?limit=20", None, 200)
+            await call("terminate", a, "POST", f"{path}/terminate", {"version": 3}, 200)
+            await call("get", a, "GET", path, None, 200)
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def drive(
+    port: int, pairs: list[tuple[str, str, str]], seconds: float, warmup: float
+) -> Tally:
+    tally = Tally()
+    now = time.monotonic()
+    await asyncio.gather(
+        *(virtual_user(port, p, tally, now + warmup + seconds, now + warmup) for p in pairs)
+    )
+    return tally
+
+
+def measure(
+    workers: int, users: int, seconds: float, warmup: float, env: dict[str, str]
+) -> dict[str, Any]:
+    with fresh_database() as url:
+        subprocess.run(
+            [sys.executable, "-m", "app", "db", "upgrade"],
+            env={**os.environ, "DATABASE_URL": url},
+            check=True,
+            capture_output=True,
+        )
+        with service(url, workers, env) as port:
+            pairs = seed(port, users)
+            load_before = os.getloadavg()[0]
+            # CPU seconds per request, by who spends them: the load-independent figure on a
+            # machine shared with other work. Measured over warm-up and run alike.
+            servers = process_group(SERVICE_PGID[port])
+            backends = database_backends(url)
+            cpu_at_start = (cpu_seconds(servers), cpu_seconds(backends), time.process_time())
+            tally = asyncio.run(drive(port, pairs, seconds, warmup))
+            backends = sorted(set(backends) | set(database_backends(url)))
+            cpu_used = (
+                cpu_seconds(servers) - cpu_at_start[0],
+                cpu_seconds(backends) - cpu_at_start[1],
+                time.process_time() - cpu_at_start[2],
+            )
+            load_during = os.getloadavg()[0]
+    every = [x for values in tally.latencies.values() for x in values]
+    sent = tally.sent
+    per_request_ms = [round(1000 * c / max(sent, 1), 2) for c in cpu_used]
+    return {
+        "workers": workers,
+        "users": users,
+        "seconds": seconds,
+        "requests": len(every),
+        "req_per_s": round(len(every) / seconds, 1),
+        "p50_ms": round(percentile(every, 0.50) * 1000, 1),
+        "p99_ms": round(percentile(every, 0.99) * 1000, 1),
+        "errors": sum(tally.errors.values()),
+        "errors_by_op": tally.errors,
+        "p99_ms_by_op": {
+            op: round(percentile(v, 0.99) * 1000, 1) for op, v in tally.latencies.items()
+        },
+        # CPU ms per request: service processes, PostgreSQL backends, this load generator.
+        "cpu_ms_per_request": dict(
+            zip(("service", "postgres", "loadgen"), per_request_ms, strict=True)
+        ),
+        # What the CPUs could serve if this were all the machine did (a quiet machine).
+        "quiet_machine_req_per_s_estimate": round(
+            (os.cpu_count() or 1) * 1000 / max(sum(per_request_ms), 1e-9)
+        ),
+        "load_1min_before": round(load_before, 2),
+        "load_1min_after": round(load_during, 2),
+        "cpus": os.cpu_count(),
+        "env": env,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--users", type=int, default=16, help="Concurrent virtual users.")
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="Extra environment for the service (e.g. FEDLOAD_ACCESS_LOG=true).",
+    )
+    parser.add_argument("--json", type=Path, default=Path(__file__).with_name("results.json"))
+    args = parser.parse_args(argv)
+    env = dict(item.split("=", 1) for item in args.env)
+    results = []
+    for workers in args.workers:
+        row = measure(workers, args.users, args.seconds, args.warmup, env)
+        results.append(row)
+        print(json.dumps(row), flush=True)
+    args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
