@@ -14,6 +14,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from app import __version__
 from app.admin.web import mount_admin
+from app.api_docs import mount_docs
 from app.contracts.endpoints import router as contracts_router
 from app.db.session import session_factory
 from app.errors import DomainError
@@ -21,6 +22,7 @@ from app.movements.endpoints import router as movements_router
 from app.movements.replica_endpoints import router as replicas_router
 from app.movements.sweeper import StaleMovementSweeper
 from app.offers.endpoints import router as offers_router
+from app.openapi_examples import install_examples
 from app.participants.endpoints import router as participants_router
 from app.permits.endpoints import router as permits_router
 from app.settings import Settings, get_settings
@@ -114,6 +116,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             "Federated load management: bilateral, price-bounded contracts between participants."
         ),
         lifespan=_lifespan,
+        docs_url=None,  # served by mount_docs, with local assets
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.session_factory = session_factory(settings.database_url)
@@ -133,4 +137,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return {"status": "ok", "version": __version__}
 
     mount_admin(app, settings)
+    mount_docs(app)
+    install_examples(app)
     return app
