@@ -54,6 +54,10 @@ def test_the_page_and_everything_it_loads_come_from_the_service(service: str, pa
     with httpx.Client(timeout=60) as client:
         html = client.get(f"{service}{page}")
         assert html.status_code == 200
+        # The browser may fetch from nowhere else, whatever the bundles link to.
+        policy = html.headers["content-security-policy"]
+        assert "default-src 'self'" in policy and "img-src 'self' data:" in policy
+        assert "http" not in policy
         parser = References()
         parser.feed(html.text)
         references = {urljoin(f"{service}{page}", ref) for ref in parser.found}
