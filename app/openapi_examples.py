@@ -210,6 +210,7 @@ EXAMPLES: dict[str, Example] = {
         "version": 2,
         "movement_ids": [31],
         "relay_for": None,
+        "relay_chain": [],  # on main since this branch began; read schemas allow extra fields
         "created_at": _AT,
         "decided_at": _LATER,
     },
