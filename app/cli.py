@@ -14,7 +14,9 @@ from spark_jobs.whatif.command import whatif
 
 console = Console()
 cli = typer.Typer(
-    help="fedload: a federated load-management marketplace for stream processing.",
+    help="fedload: a federated load-management marketplace for stream processing. "
+    "A mistake is reported in one line (exit status 2); add --debug to any command for the "
+    "traceback.",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -61,13 +63,9 @@ def contracts_apply(
     from app.db.migrate import upgrade
     from app.db.session import unit_of_work
     from app.federation.apply import apply_federation
-    from app.federation.document import FederationFileError, load_federation
+    from app.federation.document import load_federation
 
-    try:
-        doc = load_federation(file)
-    except FederationFileError as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(1) from exc
+    doc = load_federation(file)  # a FederationFileError is one line, exit 2 (app/cli_errors.py)
     url = get_settings().database_url
     if migrate:
         upgrade(url)
@@ -99,20 +97,14 @@ def participants_create(
     """Register a participant and print its API key (shown only this once)."""
     from app.db.migrate import upgrade
     from app.db.session import unit_of_work
-    from app.errors import DomainError
     from app.participants.schemas import ParticipantCreate
     from app.participants.service import create_participant
 
+    request = ParticipantCreate(name=name, capacity=capacity)  # bad values: before any write
     url = get_settings().database_url
     upgrade(url)
-    try:
-        with unit_of_work(url) as session:
-            created = create_participant(
-                session, ParticipantCreate(name=name, capacity=capacity), actor="cli"
-            )
-    except DomainError as exc:
-        console.print(f"[red]error:[/] {exc.field or ''} {exc.detail}")
-        raise typer.Exit(1) from exc
+    with unit_of_work(url) as session:
+        created = create_participant(session, request, actor="cli")
     console.print(f"participant {created.participant.name} (id {created.participant.id})")
     console.print(f"API key (shown once): {created.api_key}")
 
@@ -136,9 +128,12 @@ def serve(
 ) -> None:
     """Run the REST API and the admin UI (migrates the registry first).
 
-    Fails at once, in one line, when the database does not answer within
-    FEDLOAD_DB_CONNECT_TIMEOUT_SECONDS.
+    Fails at once, in one line, when the port is taken or the database does not answer
+    within FEDLOAD_DB_CONNECT_TIMEOUT_SECONDS.
     """
+    from app.cli_errors import ensure_free_port
+
+    ensure_free_port(host, port, "--port")  # before loading the service and migrating
     import uvicorn
 
     from app.db.migrate import upgrade
@@ -222,6 +217,7 @@ def demo(
     if scenario is not None:
         _run_scenario(scenario, report, quick, engine)
         return
+    _require_demo_federation(federation)
     if serve_only:
         console.print(f"admin UI: http://{host}:{port}/admin (key: FEDLOAD_ADMIN_KEY)")
         console.print(f"REST API: http://{host}:{port}/v1, OpenAPI at http://{host}:{port}/docs")
@@ -264,6 +260,19 @@ def _run_scenario(name: str, report: Path, quick: bool, engine: str = "python") 
         raise typer.Exit(1)
 
 
+def _require_demo_federation(federation: Path) -> None:
+    if federation.is_file():
+        return
+    from app.resources import contracts_dir
+    from app.user_errors import UserError
+
+    packaged = contracts_dir() / "borealis-demo.yaml"
+    raise UserError(
+        f"--federation: {federation} not found in {Path.cwd()}",
+        f"run fedload demo from the fedload checkout, or pass --federation {packaged}",
+    )
+
+
 def _redact(url: str) -> str:
     from sqlalchemy.engine import make_url
 
@@ -271,4 +280,6 @@ def _redact(url: str) -> str:
 
 
 def main() -> None:
-    cli()
+    from app.cli_errors import run
+
+    raise SystemExit(run(cli))

@@ -14,6 +14,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from app import __version__
 from app.admin.web import mount_admin
+from app.api_docs import mount_docs
 from app.contracts.endpoints import router as contracts_router
 from app.db.session import check_database, session_factory
 from app.errors import DomainError
@@ -21,6 +22,7 @@ from app.movements.endpoints import router as movements_router
 from app.movements.replica_endpoints import router as replicas_router
 from app.movements.sweeper import StaleMovementSweeper
 from app.offers.endpoints import router as offers_router
+from app.openapi_examples import install_examples
 from app.overload import install as install_overload_protection
 from app.overload import unavailable
 from app.participants.endpoints import router as participants_router
@@ -116,6 +118,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             "Federated load management: bilateral, price-bounded contracts between participants."
         ),
         lifespan=_lifespan,
+        docs_url=None,  # served by mount_docs, with local assets
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.session_factory = session_factory(settings.database_url, settings.database_options())
@@ -145,4 +149,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return {"status": "ready", "version": __version__}
 
     mount_admin(app, settings)
+    mount_docs(app)
+    install_examples(app)
     return app

@@ -7,6 +7,8 @@ import sys
 
 from pyspark.sql import SparkSession
 
+from app.java import require_java
+
 
 def build_session(
     *,
@@ -15,6 +17,9 @@ def build_session(
     shuffle_partitions: int = 4,
     extra: dict[str, str] | None = None,
 ) -> SparkSession:
+    # Say in one line that Java is missing (and how to install it) instead of PySpark's
+    # launcher failing with JAVA_GATEWAY_EXITED after the shell script's own messages.
+    require_java()
     # Executors must run the same interpreter as the driver, or pickled closures break.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -7,25 +7,17 @@ Outside CI the same gaps are only reported, and the tests that need them fail at
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 
+from app.java import INSTALL as JAVA_INSTALL
+from app.java import java_problem as app_java_problem
 from tests.support.components import postgres_problem, postgres_url
 
 
 def java_problem() -> str | None:
-    java = shutil.which("java")
-    if java is None:
-        return "Java 17+ is not on PATH (Spark 4 needs it): apt-get install openjdk-17-jre-headless"
-    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
-    try:
-        major = int(out.split('"')[1].split(".")[0])
-    except (IndexError, ValueError):
-        return f"cannot read the Java version from: {out.strip()[:200]}"
-    if major < 17:
-        return f"Java {major} found; Spark 4 needs Java 17+"
-    return None
+    # The check fedload itself runs before Spark starts (JAVA_HOME first, as Spark's launcher).
+    problem = app_java_problem()
+    return None if problem is None else f"{problem}: {JAVA_INSTALL}"
 
 
 def chromium_problem() -> str | None:

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from alembic import command
 from alembic.config import Config
 
 from app.db.session import normalise_url
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from app.resources import alembic_ini, migrations_dir
 
 
 def alembic_config(database_url: str) -> Config:
-    config = Config(str(PROJECT_ROOT / "alembic.ini"))
-    config.set_main_option("script_location", str(PROJECT_ROOT / "migrations"))
+    # From the checkout or, installed from a wheel, from the package (app/resources.py).
+    config = Config(str(alembic_ini()))
+    config.set_main_option("script_location", str(migrations_dir()))
     # Passed as an attribute rather than through the ini so '%' in passwords needs no escaping.
     config.attributes["database_url"] = normalise_url(database_url)
     return config

@@ -19,9 +19,10 @@ import jsonschema
 import yaml
 
 from app.market.cost_models import CostModelError, build_cost_model
+from app.resources import federation_schema_path
 from app.tasks.catalogue import FragmentError, Upstream, validate_fragment
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "contracts" / "federation.schema.json"
+SCHEMA_PATH = federation_schema_path()  # in the checkout or inside the installed package
 # Contracts from a file with no explicit term run for a year from the moment they are applied.
 DEFAULT_TERM = timedelta(days=365)
 

@@ -21,15 +21,17 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import typer
 
-from app.participant.bpm_decisions import BpmDecisions
+from app.cli_errors import ensure_free_port
 from app.participant.client import ApiError, FedloadClient
-from app.participant.node import Agent, MoveEvent
 from app.participant.ports import Host, MovementRecord, Mover, NoHost, Received
+
+if TYPE_CHECKING:  # imported when an agent runs: they load SciPy, seconds on every fedload start
+    from app.participant.node import Agent, MoveEvent
 
 log = logging.getLogger("fedload.agent")
 
@@ -123,6 +125,9 @@ def _wait_for_service(client: FedloadClient, stop: threading.Event) -> dict[str,
 
 def run_agent(options: AgentOptions, make_host: HostFactory) -> int:
     """Run until stopped (or ``options.ticks`` intervals); returns the exit status."""
+    from app.participant.bpm_decisions import BpmDecisions
+    from app.participant.node import Agent
+
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
@@ -251,9 +256,11 @@ def agent_command(host_factory: Callable[[], HostFactory]) -> Callable[..., None
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
         logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request drowns the log
         try:
-            parse_address(listen)
+            listen_host, listen_port = parse_address(listen)
         except ValueError as error:
             raise typer.BadParameter(str(error), param_hint="--listen") from error
+        # Now, in one line, rather than after contacting the service and starting the host.
+        ensure_free_port(listen_host, listen_port, "--listen")
         model = None
         if cost_model is not None:
             text = Path(cost_model[1:]).read_text() if cost_model.startswith("@") else cost_model

@@ -11,9 +11,10 @@ from rich.console import Console
 console = Console(stderr=True)
 
 
-def _fail(message: str) -> typer.Exit:
+def _fail(message: str, status: int = 2) -> typer.Exit:
+    # Status 2: a user mistake, in one line (as app/cli_errors.py reports the others).
     console.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(1)
+    return typer.Exit(status)
 
 
 def whatif(
@@ -113,7 +114,8 @@ def whatif(
         if summary["errors"]:
             raise _fail(
                 f"{summary['errors']} of {summary['runs']} simulations failed; see the 'error' "
-                f"column of {out / 'results.parquet'}"
+                f"column of {out / 'results.parquet'}",
+                status=1,
             )
         return
     try:

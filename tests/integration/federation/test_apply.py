@@ -194,7 +194,8 @@ def test_cli_apply_twice_and_broken_file_changes_nothing(db_url: str, tmp_path: 
         )
     )
     third = _cli(["contracts", "apply", str(broken)], db_url, ROOT)
-    assert third.returncode == 1
-    assert f"{broken}:" in " ".join(third.stdout.split())
-    assert "participants[2].capacity" in third.stdout
+    assert third.returncode == 2  # a user mistake: one line on stderr (app/cli_errors.py)
+    assert f"{broken}:" in third.stderr
+    assert "participants[2].capacity" in third.stderr
+    assert len(third.stderr.splitlines()) == 1, third.stderr
     assert registry_snapshot(db_url) == before

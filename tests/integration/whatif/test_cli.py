@@ -90,7 +90,7 @@ def test_bad_scenario_exits_non_zero_naming_file_and_field(tmp_path, extra, fiel
     path.write_text(text)
     out = tmp_path / "out"
     result = CliRunner().invoke(cli, ["whatif", str(path), "--out", str(out)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     message = " ".join(result.output.split())
     assert str(path) in message
     assert field in message
@@ -105,7 +105,7 @@ def test_bad_sweep_file_exits_non_zero_naming_file_and_field(tmp_path):
         "  price_range_width: 0.1\nseeds: 2\n"
     )
     result = CliRunner().invoke(cli, ["whatif", str(path), "--out", str(tmp_path / "o")])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     message = " ".join(result.output.split())
     assert f"{path}:4: grid.contracts_per_participant[1]:" in message
     assert not (tmp_path / "o").exists()
@@ -113,12 +113,12 @@ def test_bad_sweep_file_exits_non_zero_naming_file_and_field(tmp_path):
 
 def test_missing_file_and_bad_large_options_are_named(tmp_path):
     result = CliRunner().invoke(cli, ["whatif", str(tmp_path / "nope.yaml"), "--out", "x"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "nope.yaml" in result.output
     result = CliRunner().invoke(
         cli, ["whatif", "--large", "9", "--k", "3", "--out", str(tmp_path / "o")]
     )
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "--k" in result.output and "even number" in " ".join(result.output.split())
 
 
