@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, PrivateAttr, model_validator
+from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEVELOPMENT_ADMIN_KEY = "dev-admin-key-change-me"
@@ -36,7 +36,6 @@ class Settings(BaseSettings):
     log_format: Literal["json", "text"] | None = None
     # When set, /metrics answers only requests bearing this token (Prometheus' bearer_token).
     metrics_token: str | None = None
-    _admins: dict[str, str] = PrivateAttr(default_factory=dict)
     session_secret: str = "dev-session-secret-change-me"
     reports_dir: Path = Path("var") / "reports"
     # Agents heartbeat the service at this interval; suspect after one miss, failed after
@@ -54,46 +53,20 @@ class Settings(BaseSettings):
     @property
     def admins(self) -> dict[str, str]:
         """Every admin key in force, by the admin's name."""
-        return dict(self._admins)
+        return dict(
+            admins_in_force(self.admin_key, self.admin_keys, "admin_key" in self.model_fields_set)
+        )
 
     @model_validator(mode="after")
-    def _parse_admin_keys(self) -> Settings:
-        admins: dict[str, str] = {}
-        for position, item in enumerate(self.admin_keys.split(","), start=1):
-            if not item.strip():
-                continue
-            name, sep, key = item.strip().partition(":")
-            where = f"FEDLOAD_ADMIN_KEYS item {position}"
-            if not sep or not key:
-                raise ValueError(f"{where}: expected name:key, got {name!r} with no key")
-            if not ADMIN_NAME_PATTERN.match(name):
-                raise ValueError(
-                    f"{where}: admin name {name!r} must be letters, digits, '_', '.', '-' "
-                    "(at most 64)"
-                )
-            if name in admins:
-                raise ValueError(f"{where}: admin {name!r} is named twice")
-            if key in admins.values():
-                raise ValueError(f"{where}: admin {name!r} has another admin's key")
-            admins[name] = key
-        single_in_force = not admins or "admin_key" in self.model_fields_set
-        if single_in_force:
-            if DEFAULT_ADMIN_NAME in admins:
-                raise ValueError(
-                    "FEDLOAD_ADMIN_KEYS names an admin 'admin' and FEDLOAD_ADMIN_KEY is set too; "
-                    "'admin' is FEDLOAD_ADMIN_KEY's holder: rename one"
-                )
-            if self.admin_key in admins.values():
-                raise ValueError("FEDLOAD_ADMIN_KEY is also a key in FEDLOAD_ADMIN_KEYS")
-            admins = {DEFAULT_ADMIN_NAME: self.admin_key, **admins}
-        self._admins = admins
+    def _check_admin_keys(self) -> Settings:
+        self.admins  # noqa: B018  (parsed here so a mistake stops the start, naming the item)
         return self
 
     @model_validator(mode="after")
     def _refuse_default_secrets_outside_development(self) -> Settings:
         # A forgotten default admin key would open every contract to anyone who read the README.
         if self.environment == "production":
-            if DEVELOPMENT_ADMIN_KEY in self._admins.values():
+            if DEVELOPMENT_ADMIN_KEY in self.admins.values():
                 raise ValueError(
                     "FEDLOAD_ADMIN_KEY is still the development default; "
                     "set a secret value when FEDLOAD_ENVIRONMENT=production"
@@ -104,6 +77,41 @@ class Settings(BaseSettings):
                     "set a secret value when FEDLOAD_ENVIRONMENT=production"
                 )
         return self
+
+
+@lru_cache(maxsize=16)
+def admins_in_force(
+    admin_key: str, admin_keys: str, admin_key_set: bool
+) -> tuple[tuple[str, str], ...]:
+    """(name, key) of every admin: FEDLOAD_ADMIN_KEYS' named admins, and FEDLOAD_ADMIN_KEY's
+    holder "admin" unless named admins are configured and FEDLOAD_ADMIN_KEY is not set."""
+    admins: dict[str, str] = {}
+    for position, item in enumerate(admin_keys.split(","), start=1):
+        if not item.strip():
+            continue
+        name, sep, key = item.strip().partition(":")
+        where = f"FEDLOAD_ADMIN_KEYS item {position}"
+        if not sep or not key:
+            raise ValueError(f"{where}: expected name:key, got {name!r} with no key")
+        if not ADMIN_NAME_PATTERN.match(name):
+            raise ValueError(
+                f"{where}: admin name {name!r} must be letters, digits, '_', '.', '-' (at most 64)"
+            )
+        if name in admins:
+            raise ValueError(f"{where}: admin {name!r} is named twice")
+        if key in admins.values():
+            raise ValueError(f"{where}: admin {name!r} has another admin's key")
+        admins[name] = key
+    if not admins or admin_key_set:
+        if DEFAULT_ADMIN_NAME in admins:
+            raise ValueError(
+                "FEDLOAD_ADMIN_KEYS names an admin 'admin' and FEDLOAD_ADMIN_KEY is set too; "
+                "'admin' is FEDLOAD_ADMIN_KEY's holder: rename one"
+            )
+        if admin_key in admins.values():
+            raise ValueError("FEDLOAD_ADMIN_KEY is also a key in FEDLOAD_ADMIN_KEYS")
+        admins = {DEFAULT_ADMIN_NAME: admin_key, **admins}
+    return tuple(admins.items())
 
 
 @lru_cache(maxsize=1)
