@@ -24,6 +24,14 @@ _HANDLER_NAME = "fedload"
 _SERVER_LOGGERS = ("uvicorn", "uvicorn.error")
 
 
+def _request_id(record: logging.LogRecord) -> str | None:
+    """The record's own request id (the request log's), else the request being served."""
+    fields = getattr(record, FIELDS, None)
+    if isinstance(fields, dict) and isinstance(fields.get("request_id"), str):
+        return str(fields["request_id"])
+    return request_id_var.get()
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
@@ -32,7 +40,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        request_id = request_id_var.get()
+        request_id = _request_id(record)
         if request_id is not None:
             line["request_id"] = request_id
         fields = getattr(record, FIELDS, None)
@@ -49,7 +57,7 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
-        request_id = request_id_var.get()
+        request_id = _request_id(record)
         return f"{text} [request_id={request_id}]" if request_id else text
 
 

@@ -111,6 +111,7 @@ class RequestObservability:
             method = str(scope.get("method", ""))
             count_request(route, method, status, seconds)
             fields: dict[str, Any] = {
+                "request_id": request_id,
                 "method": method,
                 "route": route,
                 "status": status,

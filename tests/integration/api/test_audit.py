@@ -7,21 +7,27 @@ the append-only triggers are switched off first, which is what such an attacker 
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from typer.testing import CliRunner
 
 from app.audit import service as audit
 from app.audit.verify import verify
 from app.cli import cli
+from app.db.migrate import upgrade
 from app.db.session import get_engine, unit_of_work
 from app.settings import get_settings
 from tests.integration.api.conftest import Api
+from tests.support.components import postgres_problem, postgres_url, require
+from tests.support.databases import BACKENDS
 
 TRIGGERS = [
     ("audit_log", "update"),
@@ -249,3 +255,74 @@ def test_a_rolled_back_transaction_leaves_no_entry(db_url: str) -> None:
         raise RuntimeError("the change fails")
     with unit_of_work(db_url) as session:
         assert verify(session).entries == 0
+
+
+@contextmanager
+def scratch_database(backend: str, tmp_path: Path) -> Iterator[str]:
+    """An empty database of its own (the shared test database is already migrated)."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'old.db'}"
+        return
+    server_url = postgres_url()
+    require("PostgreSQL", postgres_problem(server_url))
+    name = f"fedload_migration_{uuid.uuid4().hex[:8]}"
+    server = sa.create_engine(server_url, isolation_level="AUTOCOMMIT")
+    with server.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with server.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        server.dispose()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_migration_0008_chains_the_entries_written_before_it(backend: str, tmp_path: Path) -> None:
+    """A registry with audit entries from before the chain: the migration gives each its
+    subjects and hashes in id order, and the service extends that chain."""
+    with scratch_database(backend, tmp_path) as url:
+        migrate_old_entries(url)
+
+
+def migrate_old_entries(url: str) -> None:
+    upgrade(url, "0005")
+    old = get_engine(url)
+    with old.begin() as conn:
+        for name in ("A", "B"):
+            conn.execute(
+                sa.text(
+                    "INSERT INTO participants (name, capacity, profile, cost_model, api_key_hash,"
+                    " status, liveness, created_at, updated_at) VALUES (:n, 10, '{}', '{}', :h,"
+                    " 'active', 'unknown', '2026-11-01 10:00:00', '2026-11-01 10:00:00')"
+                ),
+                {"n": name, "h": name * 64},
+            )
+        for actor, action, entity_id, detail in [
+            ("admin", "participant.created", 1, '{"name": "A", "capacity": 10.0}'),
+            ("admin", "participant.created", 2, '{"name": "B"}'),
+            ("participant:B", "participant.online", 1, "{}"),
+        ]:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO audit_log (at, actor, action, entity_type, entity_id, detail)"
+                    " VALUES ('2026-11-01 10:00:00.250000', :a, :x, 'participant', :e, :d)"
+                ),
+                {"a": actor, "x": action, "e": entity_id, "d": detail},
+            )
+    old.dispose()
+    upgrade(url)
+    with unit_of_work(url) as session:
+        verdict = verify(session)
+        assert (verdict.intact, verdict.entries) == (True, 3)
+        subjects = session.execute(
+            sa.text("SELECT audit_id, participant_id FROM audit_subjects ORDER BY 1, 2")
+        ).all()
+        assert [tuple(r) for r in subjects] == [(1, 1), (2, 2), (3, 1), (3, 2)]
+        audit.record(
+            session, actor="system", action="test.after", entity_type="test", entity_id=None
+        )
+    with unit_of_work(url) as session:
+        verdict = verify(session)
+        assert (verdict.intact, verdict.entries) == (True, 4)
+    get_engine(url).dispose()
