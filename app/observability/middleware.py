@@ -98,11 +98,11 @@ class RequestObservability:
                     error_body.extend(message.get("body", b"")[:room])
             await send(message)
 
-        failed = False
+        failure: Exception | None = None
         try:
             await self.app(scope, receive, send_with_id)
-        except Exception:
-            failed = True
+        except Exception as exc:  # logged with its traceback, then left to the server's handler
+            failure = exc
             status = 500
             raise
         finally:
@@ -128,6 +128,6 @@ class RequestObservability:
                 status,
                 seconds * 1000,
                 extra={FIELDS: fields},
-                exc_info=failed,
+                exc_info=failure,
             )
             request_id_var.reset(token)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pytest
@@ -33,7 +34,10 @@ def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-def test_each_admin_is_audited_by_name_in_the_api_and_the_ui(named: TestClient) -> None:
+def test_each_admin_is_audited_by_name_in_the_api_and_the_ui(
+    named: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="fedload.access")
     for name, key in (("A", ALICE), ("B", BOB), ("C", ADMIN_KEY)):
         created = named.post(
             "/v1/participants", json={"name": name, "capacity": 10}, headers=bearer(key)
@@ -53,6 +57,11 @@ def test_each_admin_is_audited_by_name_in_the_api_and_the_ui(named: TestClient) 
         follow_redirects=False,
     )
     assert suspended.status_code == 303
+    ui_log = caplog.records[-1].fields  # type: ignore[attr-defined]
+    assert (ui_log["route"], ui_log["principal"]) == (
+        "/admin/participants/{name}/{verb}",
+        "admin:bob",
+    )
 
     entries = named.get("/v1/audit", headers=bearer(ALICE)).json()["items"]
     assert [(e["actor"], e["action"]) for e in reversed(entries)] == [

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 import sqlalchemy as sa
+from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.db.session import unit_of_work
@@ -201,3 +202,22 @@ def test_fedload_serve_logs_json_lines_and_adds_up_metrics_across_processes(
         "admin",
     )
     assert any(line["logger"].startswith("uvicorn") for line in lines)  # the server's own, too
+
+
+def test_a_server_error_is_logged_with_its_traceback_and_request_id(
+    api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken() -> None:
+        raise RuntimeError("a bug")
+
+    app = api.client.app
+    app.add_api_route("/test-only/broken", broken)  # type: ignore[attr-defined]
+    caplog.set_level(logging.INFO, logger="fedload.access")
+    with TestClient(app, raise_server_exceptions=False) as client:
+        response = client.get("/test-only/broken", headers={"X-Request-ID": "bug-1"})
+    assert response.status_code == 500
+    (record,) = [r for r in caplog.records if r.name == "fedload.access"]
+    line = json.loads(JsonFormatter().format(record))
+    assert (line["level"], line["status"], line["request_id"]) == ("error", 500, "bug-1")
+    assert line["route"] == "/test-only/broken"
+    assert "RuntimeError: a bug" in line["exc"]
