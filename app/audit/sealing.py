@@ -61,11 +61,11 @@ def _seal(session: Session) -> None:
     if not pending:
         return
     session.flush()  # everything else first: the head is locked only for the inserts below
-    last_id, last_hash = _lock_head(session)
     actors: dict[str, int | None] = {}
+    concerning = [concerned(session, entry, actors) for entry, _ in pending]
+    last_id, last_hash = _lock_head(session)
     sealed: list[CommittedEntry] = []
-    for entry, _ in pending:
-        about = concerned(session, entry, actors)
+    for (entry, _), about in zip(pending, concerning, strict=True):
         last_id += 1
         entry.id = last_id
         entry.prev_hash = last_hash
@@ -128,6 +128,8 @@ def _create_head(session: Session) -> None:
 
 
 def _notify(session: Session) -> None:
+    if session.in_nested_transaction():
+        return
     sealed: list[CommittedEntry] = session.info.pop(SEALED, [])
     if sealed:
         for listener in _listeners:

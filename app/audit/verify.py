@@ -74,13 +74,20 @@ def verify(session: Session) -> Verdict:
         expected_prev = entry.hash
     head = session.get(AuditHead, 1)
     if head is not None and (head.last_id, head.last_hash) != (last_id, expected_prev):
+        if head.last_id > last_id:
+            why = "entries were removed from the end"
+        elif head.last_id == last_id:
+            why = "the last entry was rewritten, its hash recomputed"
+        else:
+            why = "entries were added without extending the chain's head"
         return Verdict(
             count,
             expected_prev,
             Broken(
                 None,
-                f"the log ends at entry #{last_id} but the chain's head records entry "
-                f"#{head.last_id} (entries were removed from the end)",
+                f"the log ends at entry #{last_id} with hash {expected_prev[:12]}..., the "
+                f"chain's head records entry #{head.last_id} with {head.last_hash[:12]}... "
+                f"({why})",
             ),
         )
     return Verdict(count, expected_prev, None)

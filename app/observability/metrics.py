@@ -92,6 +92,8 @@ def _note_payments(session: Session, _context: Any) -> None:
 
 
 def _count_payments(session: Session) -> None:
+    if session.in_nested_transaction():  # a savepoint's release: the transaction goes on
+        return
     for kind, amount in session.info.pop(_PAID, {}).items():
         PAYMENTS.labels(kind=kind).inc(amount)
 

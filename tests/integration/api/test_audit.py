@@ -20,10 +20,12 @@ from sqlalchemy.exc import DBAPIError
 from typer.testing import CliRunner
 
 from app.audit import service as audit
+from app.audit.chain import ChainFields, entry_hash
 from app.audit.verify import verify
 from app.cli import cli
 from app.db.migrate import upgrade
 from app.db.session import get_engine, unit_of_work
+from app.models import AuditEntry, AuditSubject
 from app.settings import get_settings
 from tests.integration.api.conftest import Api
 from tests.support.components import postgres_problem, postgres_url, require
@@ -197,6 +199,40 @@ def test_verify_finds_a_removed_entry_and_a_cut_end(
         verdict = verify(session)
     assert verdict.broken is not None and verdict.broken.entry_id is None
     assert f"the log ends at entry #{ids[0]}" in verdict.broken.problem
+
+
+def test_a_rewritten_last_entry_with_a_recomputed_hash_is_found_by_the_head(
+    abc: Api, db_url: str
+) -> None:
+    """An attacker who knows the hash format rewrites the newest entry and recomputes its hash:
+    no later entry holds the old one, but the chain's head does."""
+    contract_between_a_and_b(abc)
+    with unit_of_work(db_url) as session:
+        last = session.scalars(sa.select(AuditEntry).order_by(AuditEntry.id.desc())).first()
+        assert last is not None
+        subjects = session.scalars(
+            sa.select(AuditSubject.participant_id).where(AuditSubject.audit_id == last.id)
+        ).all()
+        forged = ChainFields(
+            id=last.id,
+            at=last.at,
+            actor="participant:C",
+            action=last.action,
+            entity_type=last.entity_type,
+            entity_id=last.entity_id,
+            detail=last.detail,
+            subjects=subjects,
+        )
+        last_id, prev_hash = last.id, last.prev_hash
+    with triggers_off(db_url) as conn:
+        conn.execute(
+            sa.text("UPDATE audit_log SET actor = :a, hash = :h WHERE id = :id"),
+            {"a": forged.actor, "h": entry_hash(forged, prev_hash), "id": last_id},
+        )
+    with unit_of_work(db_url) as session:
+        verdict = verify(session)
+    assert verdict.broken is not None and verdict.broken.entry_id is None
+    assert "the last entry was rewritten" in verdict.broken.problem
 
 
 def test_a_changed_subject_breaks_the_chain(abc: Api, db_url: str) -> None:
