@@ -14,6 +14,8 @@ from app.settings import Settings
 from tests.integration.admin.conftest import csrf_of
 from tests.integration.api.conftest import ADMIN_KEY
 
+# What these tests check does not depend on the database: once is enough.
+SQLITE_ONLY = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 ALICE, BOB = "alice-key-0123456789", "bob-key-0123456789"
 
 
@@ -72,6 +74,7 @@ def test_each_admin_is_audited_by_name_in_the_api_and_the_ui(
     ]
 
 
+@SQLITE_ONLY
 def test_an_unknown_key_opens_neither_the_api_nor_the_ui(named: TestClient) -> None:
     assert named.get("/v1/audit", headers=bearer("carol-key")).status_code == 401
     ui = TestClient(named.app)

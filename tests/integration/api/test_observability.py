@@ -22,6 +22,8 @@ from app.models import LedgerEntry
 from app.observability.logs import JsonFormatter
 from tests.integration.api.conftest import Api
 
+# What these tests check does not depend on the database: once is enough.
+SQLITE_ONLY = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
@@ -118,6 +120,7 @@ def test_participants_by_liveness_are_read_at_scrape_time(abc: Api) -> None:
     assert value(samples, "fedload_registry_up") == 1
 
 
+@SQLITE_ONLY
 def test_request_id_is_kept_or_made_echoed_and_logged_with_the_error(
     abc: Api, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -204,6 +207,7 @@ def test_fedload_serve_logs_json_lines_and_adds_up_metrics_across_processes(
     assert any(line["logger"].startswith("uvicorn") for line in lines)  # the server's own, too
 
 
+@SQLITE_ONLY
 def test_a_server_error_is_logged_with_its_traceback_and_request_id(
     api: Api, caplog: pytest.LogCaptureFixture
 ) -> None:
