@@ -98,14 +98,18 @@ def _seal(session: Session) -> None:
 
 
 def _lock_head(session: Session) -> tuple[int, str]:
-    """Take the chain's lock and read where it ends."""
-    touch = update(AuditHead).where(AuditHead.id == HEAD_ID).values(last_id=AuditHead.last_id)
-    if session.execute(touch).rowcount == 0:  # type: ignore[attr-defined]
+    """Take the chain's lock and read where it ends (one statement: UPDATE ... RETURNING)."""
+    touch = (
+        update(AuditHead)
+        .where(AuditHead.id == HEAD_ID)
+        .values(last_id=AuditHead.last_id)
+        .returning(AuditHead.last_id, AuditHead.last_hash)
+    )
+    head = session.execute(touch).first()
+    if head is None:
         _create_head(session)
-        session.execute(touch)
-    head = session.get(AuditHead, HEAD_ID, populate_existing=True)
-    assert head is not None
-    return head.last_id, head.last_hash
+        head = session.execute(touch).one()
+    return int(head.last_id), str(head.last_hash)
 
 
 def _create_head(session: Session) -> None:

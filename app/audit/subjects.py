@@ -66,5 +66,16 @@ def _actor_id(session: Session, actor: str, cache: dict[str, int | None]) -> int
         return None
     if actor not in cache:
         name = actor.removeprefix(PARTICIPANT_ACTOR)
-        cache[actor] = session.scalar(select(Participant.id).where(Participant.name == name))
+        # Usually the caller authenticated in this very session: no query then.
+        known = next(
+            (
+                p.id
+                for p in session.identity_map.values()
+                if isinstance(p, Participant) and p.name == name
+            ),
+            None,
+        )
+        cache[actor] = known or session.scalar(
+            select(Participant.id).where(Participant.name == name)
+        )
     return cache[actor]
