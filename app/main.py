@@ -15,12 +15,14 @@ from sqlalchemy.orm.exc import StaleDataError
 from app import __version__
 from app.admin.web import mount_admin
 from app.api_docs import mount_docs
+from app.audit.endpoints import router as audit_router
 from app.contracts.endpoints import router as contracts_router
 from app.db.session import check_database, session_factory
 from app.errors import DomainError
 from app.movements.endpoints import router as movements_router
 from app.movements.replica_endpoints import router as replicas_router
 from app.movements.sweeper import StaleMovementSweeper
+from app.observability import install as install_observability
 from app.offers.endpoints import router as offers_router
 from app.openapi_examples import install_examples
 from app.overload import install as install_overload_protection
@@ -134,6 +136,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(movements_router)
     app.include_router(replicas_router)
     app.include_router(permits_router)
+    app.include_router(audit_router)
+    install_observability(app, settings)  # request ids, request logs, /metrics
 
     @app.get("/healthz", tags=["service"])
     def healthz() -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -13,6 +14,9 @@ from app.db.session import DatabaseOptions
 
 DEVELOPMENT_ADMIN_KEY = "dev-admin-key-change-me"
 DEFAULT_SQLITE_PATH = Path("var") / "fedload.db"
+# How the single FEDLOAD_ADMIN_KEY's holder is named in the audit log.
+DEFAULT_ADMIN_NAME = "admin"
+ADMIN_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 class Settings(BaseSettings):
@@ -24,6 +28,16 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("DATABASE_URL", "FEDLOAD_DATABASE_URL"),
     )
     admin_key: str = DEVELOPMENT_ADMIN_KEY
+    # Named admins, "name:key,name:key" (FEDLOAD_ADMIN_KEYS): each is audited by its name. With
+    # named admins, FEDLOAD_ADMIN_KEY still works (as admin "admin") only when it is set too.
+    admin_keys: str = ""
+    # After ``POST /v1/participants/me/keys`` the old key keeps working this long (0: not at all).
+    key_rotation_grace_seconds: float = Field(default=600.0, ge=0)
+    # Request logs: one JSON (or text) line per request on stderr. Unset: logging is left as it
+    # is (tests, embedding); ``fedload serve`` sets json unless told otherwise.
+    log_format: Literal["json", "text"] | None = None
+    # When set, /metrics answers only requests bearing this token (Prometheus' bearer_token).
+    metrics_token: str | None = None
     session_secret: str = "dev-session-secret-change-me"
     reports_dir: Path = Path("var") / "reports"
     # Agents heartbeat the service at this interval; suspect after one miss, failed after
@@ -71,11 +85,23 @@ class Settings(BaseSettings):
             statement_timeout=self.db_statement_timeout_seconds,
         )
 
+    @property
+    def admins(self) -> dict[str, str]:
+        """Every admin key in force, by the admin's name."""
+        return dict(
+            admins_in_force(self.admin_key, self.admin_keys, "admin_key" in self.model_fields_set)
+        )
+
+    @model_validator(mode="after")
+    def _check_admin_keys(self) -> Settings:
+        self.admins  # noqa: B018  (parsed here so a mistake stops the start, naming the item)
+        return self
+
     @model_validator(mode="after")
     def _refuse_default_secrets_outside_development(self) -> Settings:
         # A forgotten default admin key would open every contract to anyone who read the README.
         if self.environment == "production":
-            if self.admin_key == DEVELOPMENT_ADMIN_KEY:
+            if DEVELOPMENT_ADMIN_KEY in self.admins.values():
                 raise ValueError(
                     "FEDLOAD_ADMIN_KEY is still the development default; "
                     "set a secret value when FEDLOAD_ENVIRONMENT=production"
@@ -86,6 +112,41 @@ class Settings(BaseSettings):
                     "set a secret value when FEDLOAD_ENVIRONMENT=production"
                 )
         return self
+
+
+@lru_cache(maxsize=16)
+def admins_in_force(
+    admin_key: str, admin_keys: str, admin_key_set: bool
+) -> tuple[tuple[str, str], ...]:
+    """(name, key) of every admin: FEDLOAD_ADMIN_KEYS' named admins, and FEDLOAD_ADMIN_KEY's
+    holder "admin" unless named admins are configured and FEDLOAD_ADMIN_KEY is not set."""
+    admins: dict[str, str] = {}
+    for position, item in enumerate(admin_keys.split(","), start=1):
+        if not item.strip():
+            continue
+        name, sep, key = item.strip().partition(":")
+        where = f"FEDLOAD_ADMIN_KEYS item {position}"
+        if not sep or not key:
+            raise ValueError(f"{where}: expected name:key, got {name!r} with no key")
+        if not ADMIN_NAME_PATTERN.match(name):
+            raise ValueError(
+                f"{where}: admin name {name!r} must be letters, digits, '_', '.', '-' (at most 64)"
+            )
+        if name in admins:
+            raise ValueError(f"{where}: admin {name!r} is named twice")
+        if key in admins.values():
+            raise ValueError(f"{where}: admin {name!r} has another admin's key")
+        admins[name] = key
+    if not admins or admin_key_set:
+        if DEFAULT_ADMIN_NAME in admins:
+            raise ValueError(
+                "FEDLOAD_ADMIN_KEYS names an admin 'admin' and FEDLOAD_ADMIN_KEY is set too; "
+                "'admin' is FEDLOAD_ADMIN_KEY's holder: rename one"
+            )
+        if admin_key in admins.values():
+            raise ValueError("FEDLOAD_ADMIN_KEY is also a key in FEDLOAD_ADMIN_KEYS")
+        admins = {DEFAULT_ADMIN_NAME: admin_key, **admins}
+    return tuple(admins.items())
 
 
 @lru_cache(maxsize=1)

@@ -86,10 +86,15 @@ def confirm_participant(
 
 @router.post("/participants/{name}/{verb}")
 def do_participant(
-    request: Request, name: str, verb: str, form: AdminForm, session: SessionDep
+    request: Request,
+    name: str,
+    verb: str,
+    form: AdminForm,
+    admin: AdminSession,
+    session: SessionDep,
 ) -> Response:
     status, _consequence = _participant_verb(verb)
-    participant = participants.set_status(session, name, status, actor=ADMIN.actor)
+    participant = participants.set_status(session, name, status, actor=admin.actor)
     return _done(
         request,
         f"participant {participant.name} is now {participant.status.value}",
@@ -121,12 +126,12 @@ def confirm_terminate(
 
 @router.post("/contracts/{contract_id}/terminate")
 def do_terminate(
-    request: Request, contract_id: int, form: AdminForm, session: SessionDep
+    request: Request, contract_id: int, form: AdminForm, admin: AdminSession, session: SessionDep
 ) -> Response:
     raw = form.get("version", "")
     if not raw.isdigit():
         raise InvalidInput("version must be the contract version you confirmed", field="version")
-    contract = contracts.terminate(session, ADMIN, contract_id, int(raw))
+    contract = contracts.terminate(session, admin, contract_id, int(raw))
     return _done(
         request,
         f"contract #{contract.id} terminated; settled {contract.settled_amount or 0:.4f}",
@@ -164,8 +169,15 @@ def confirm_pin(
 
 
 @router.post("/tasks/{name}/{verb}")
-def do_pin(request: Request, name: str, verb: str, _: AdminForm, session: SessionDep) -> Response:
-    task = tasks.set_pinned(session, name, _pin_verb(verb), actor=ADMIN.actor)
+def do_pin(
+    request: Request,
+    name: str,
+    verb: str,
+    _: AdminForm,
+    admin: AdminSession,
+    session: SessionDep,
+) -> Response:
+    task = tasks.set_pinned(session, name, _pin_verb(verb), actor=admin.actor)
     return _done(
         request,
         f"task {task.name} {'pinned' if task.pinned else 'unpinned'}",

@@ -1,8 +1,9 @@
 """Admin sign-in, the session cookie and CSRF tokens.
 
 The session is Starlette's signed cookie (itsdangerous, keyed by FEDLOAD_SESSION_SECRET). It
-holds a fingerprint of the admin key rather than a bare "signed in" flag, so rotating the admin
-key signs every existing session out. Every form carries the session's CSRF token; a POST
+holds the admin's name and a fingerprint of that admin's key rather than a bare "signed in"
+flag, so rotating (or removing) an admin's key signs that admin's sessions out. Actions are
+audited under the signed-in admin's name. Every form carries the session's CSRF token; a POST
 without it is refused before anything is read from the database.
 """
 
@@ -17,7 +18,8 @@ from urllib.parse import quote
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
-from app.auth.keys import hash_api_key, same_secret
+from app.auth.keys import admin_for_key, hash_api_key, same_secret
+from app.auth.principal import Principal, admin_named
 from app.participants import repository as participants
 from app.settings import Settings
 
@@ -50,9 +52,9 @@ def settings_of(request: Request) -> Settings:
     return settings
 
 
-def _fingerprint(settings: Settings) -> str:
+def _fingerprint(settings: Settings, name: str, key: str) -> str:
     return hmac.new(
-        settings.session_secret.encode(), settings.admin_key.encode(), hashlib.sha256
+        settings.session_secret.encode(), f"{name}:{key}".encode(), hashlib.sha256
     ).hexdigest()[:32]
 
 
@@ -65,17 +67,29 @@ def csrf_token(request: Request) -> str:
     return token
 
 
+def signed_in_admin(request: Request) -> Principal | None:
+    """The admin this browser session belongs to, while that admin's key is unchanged."""
+    settings = settings_of(request)
+    given, name = request.session.get("admin"), request.session.get("admin_name")
+    if not (isinstance(given, str) and isinstance(name, str)) or name not in settings.admins:
+        return None
+    if not same_secret(given, _fingerprint(settings, name, settings.admins[name])):
+        return None
+    return admin_named(name)
+
+
 def is_signed_in(request: Request) -> bool:
-    given = request.session.get("admin")
-    return isinstance(given, str) and same_secret(given, _fingerprint(settings_of(request)))
+    return signed_in_admin(request) is not None
 
 
 def sign_in(request: Request, session: Session, key: str) -> None:
-    """Open an admin session for the admin key; refuse participants' keys and anything else."""
+    """Open an admin session for an admin key; refuse participants' keys and anything else."""
     settings = settings_of(request)
-    if key and same_secret(key, settings.admin_key):
+    name = admin_for_key(key, settings.admins) if key else None
+    if name is not None:
         request.session.clear()
-        request.session["admin"] = _fingerprint(settings)
+        request.session["admin"] = _fingerprint(settings, name, settings.admins[name])
+        request.session["admin_name"] = name
         # A fresh token after sign-in: one seen before it (on a shared screen) is now worthless.
         request.session["csrf"] = secrets.token_urlsafe(32)
         return
@@ -101,15 +115,17 @@ def _is_fragment(request: Request) -> bool:
     return FRAGMENT_HEADER in request.headers or "partial" in request.query_params
 
 
-def require_admin(request: Request) -> None:
-    if is_signed_in(request):
-        return
+def require_admin(request: Request) -> Principal:
+    admin = signed_in_admin(request)
+    if admin is not None:
+        request.state.principal = admin  # for the request log
+        return admin
     path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     redirect = request.method == "GET" and not _is_fragment(request)
     raise SignInRequired(quote(path, safe="/?=&"), redirect)
 
 
-AdminSession = Annotated[None, Depends(require_admin)]
+AdminSession = Annotated[Principal, Depends(require_admin)]
 
 
 async def _checked_form(request: Request) -> dict[str, str]:

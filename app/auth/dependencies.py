@@ -9,8 +9,9 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from app.auth.keys import hash_api_key, same_secret
-from app.auth.principal import ADMIN, Principal
+from app.auth.keys import admin_for_key, hash_api_key
+from app.auth.principal import Principal, admin_named
+from app.db.base import utcnow
 from app.errors import Forbidden, Unauthorized
 from app.models import Participant, ParticipantStatus
 from app.participants import repository as participants
@@ -45,21 +46,35 @@ Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
 def current_principal(
-    credentials: Credentials, settings: SettingsDep, session: SessionDep
+    request: Request, credentials: Credentials, settings: SettingsDep, session: SessionDep
 ) -> Principal:
     if credentials is None or not credentials.credentials:
         raise Unauthorized(
             "missing bearer token: send 'Authorization: Bearer <API key>'", field="Authorization"
         )
-    token = credentials.credentials
-    if same_secret(token, settings.admin_key):
-        return ADMIN
-    participant = participants.get_by_key_hash(session, hash_api_key(token))
+    principal = _authenticate(credentials.credentials, settings, session)
+    # For the request log (app/observability): who asked, by name.
+    request.state.principal = principal
+    return principal
+
+
+def _authenticate(token: str, settings: Settings, session: Session) -> Principal:
+    admin = admin_for_key(token, settings.admins)
+    if admin is not None:
+        return admin_named(admin)
+    key_hash = hash_api_key(token)
+    by_previous_key = False
+    participant = participants.get_by_key_hash(session, key_hash)
+    if participant is None:
+        participant = participants.get_by_previous_key_hash(session, key_hash, utcnow())
+        by_previous_key = participant is not None
     if participant is None:
         raise Unauthorized("unknown API key", field="Authorization")
     if participant.status is ParticipantStatus.suspended:
         raise Forbidden(f"participant {participant.name} is suspended", field="Authorization")
-    return Principal(participant_id=participant.id, name=participant.name)
+    return Principal(
+        participant_id=participant.id, name=participant.name, by_previous_key=by_previous_key
+    )
 
 
 CurrentPrincipal = Annotated[Principal, Depends(current_principal)]

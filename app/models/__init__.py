@@ -1,6 +1,6 @@
 """Every ORM model, imported here so Alembic's autogenerate sees the whole schema."""
 
-from app.models.audit import AuditEntry
+from app.models.audit import AuditEntry, AuditHead, AuditSubject
 from app.models.contract import Contract, ContractEvent, ContractStatus, LedgerEntry, Recovery
 from app.models.movement import Movement, MovementReason, MovementStatus, Offer, OfferStatus
 from app.models.participant import Participant, ParticipantSample, ParticipantStatus
@@ -10,6 +10,8 @@ from app.models.task import Task
 
 __all__ = [
     "AuditEntry",
+    "AuditHead",
+    "AuditSubject",
     "Contract",
     "ContractEvent",
     "ContractStatus",

@@ -28,6 +28,10 @@ class Participant(Base):
     cost_model: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     # API keys are 256-bit random tokens, so a fast hash is enough; there is nothing to brute-force.
     api_key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    # After a rotation the previous key keeps working until ``previous_key_expires_at`` (the
+    # grace period lets agents pick up the new key without a gap); one previous key at most.
+    previous_key_hash: Mapped[str | None] = mapped_column(String(64), unique=True, nullable=True)
+    previous_key_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     status: Mapped[ParticipantStatus] = mapped_column(
         Enum(ParticipantStatus, native_enum=False, length=16), default=ParticipantStatus.active
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request, Response, status
+from fastapi import APIRouter, Depends, Query, Request, Response, status
 
 from app.auth.dependencies import (
     AdminPrincipal,
@@ -13,10 +13,12 @@ from app.auth.dependencies import (
     SessionDep,
     SettingsDep,
 )
+from app.errors import Forbidden
 from app.pagination import PageRequest, page_request, paginate
 from app.participants import repository, service
 from app.participants.schemas import (
     Heartbeat,
+    KeyRotated,
     ParticipantCreate,
     ParticipantCreated,
     ParticipantEndpoint,
@@ -49,6 +51,38 @@ def read_me(me: CurrentParticipant) -> ParticipantRead:
 def heartbeat(body: Heartbeat, me: CurrentParticipant, session: SessionDep) -> ParticipantRead:
     """Report liveness, the agent's endpoint and, optionally, its load and marginal cost."""
     return ParticipantRead.model_validate(service.heartbeat(session, me, body))
+
+
+@router.post("/me/keys", response_model=KeyRotated, status_code=status.HTTP_201_CREATED)
+def rotate_key(
+    me: CurrentParticipant,
+    principal: CurrentPrincipal,
+    session: SessionDep,
+    settings: SettingsDep,
+    revoke_old: bool = Query(
+        False, description="End the old key now instead of after the grace period."
+    ),
+) -> KeyRotated:
+    """Issue a new API key (shown once, in this response). The old key keeps working for
+    ``FEDLOAD_KEY_ROTATION_GRACE_SECONDS`` (default 600) so agents can switch without a gap,
+    unless ``revoke_old=true``; audited. Only the current key may rotate: a key already
+    replaced is refused (403) even inside its grace period."""
+    if principal.by_previous_key:
+        raise Forbidden(
+            "this key has been replaced and only works until its grace period ends; "
+            "rotate with the current key",
+            field="Authorization",
+        )
+    rotated = service.rotate_key(
+        session,
+        me,
+        grace_seconds=settings.key_rotation_grace_seconds,
+        revoke_old=revoke_old,
+        actor=principal.actor,
+    )
+    return KeyRotated(
+        api_key=rotated.api_key, previous_key_valid_until=rotated.previous_key_valid_until
+    )
 
 
 @router.get("", response_model=list[ParticipantPublic])

@@ -25,6 +25,15 @@ def get_by_key_hash(session: Session, key_hash: str) -> Participant | None:
     return session.scalar(select(Participant).where(Participant.api_key_hash == key_hash))
 
 
+def get_by_previous_key_hash(session: Session, key_hash: str, now: datetime) -> Participant | None:
+    """The participant whose key before its last rotation this is, while it is still valid."""
+    return session.scalar(
+        select(Participant).where(
+            Participant.previous_key_hash == key_hash, Participant.previous_key_expires_at > now
+        )
+    )
+
+
 def get_by_name(session: Session, name: str) -> Participant | None:
     return session.scalar(select(Participant).where(Participant.name == name))
 

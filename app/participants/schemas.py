@@ -73,3 +73,12 @@ class Heartbeat(BaseModel):
     marginal_cost: float | None = Field(default=None, ge=0)
     threshold: float | None = Field(default=None, ge=0)
     node_state: Literal["STABLE", "UP_FAILURE", "STABILIZATION"] | None = None
+
+
+class KeyRotated(BaseModel):
+    """A participant's new API key, shown only in this response."""
+
+    api_key: str = Field(description="The new key; shown only in this response; store it now.")
+    previous_key_valid_until: datetime | None = Field(
+        description="Until when the key used before still works (null: it no longer does)."
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
@@ -112,9 +113,30 @@ def set_status(
     return participant
 
 
-def rotate_key(session: Session, name: str, *, actor: str) -> CreatedParticipant:
-    participant = get_participant(session, name)
+@dataclass(frozen=True)
+class RotatedKey:
+    api_key: str
+    previous_key_valid_until: datetime | None
+
+
+def rotate_key(
+    session: Session,
+    participant: Participant,
+    *,
+    grace_seconds: float,
+    revoke_old: bool,
+    actor: str,
+) -> RotatedKey:
+    """Issue ``participant`` a new API key. The old one keeps working for ``grace_seconds``
+    (so an agent can switch without a gap), or stops at once with ``revoke_old``. Only the
+    current key is kept as the previous one: a key from before an earlier rotation stops now."""
     api_key = new_api_key()
+    now = utcnow()
+    valid_until = (
+        None if revoke_old or grace_seconds <= 0 else now + timedelta(seconds=grace_seconds)
+    )
+    participant.previous_key_hash = participant.api_key_hash if valid_until else None
+    participant.previous_key_expires_at = valid_until
     participant.api_key_hash = hash_api_key(api_key)
     session.flush()
     audit.record(
@@ -123,8 +145,12 @@ def rotate_key(session: Session, name: str, *, actor: str) -> CreatedParticipant
         action="participant.key_rotated",
         entity_type="participant",
         entity_id=participant.id,
+        detail={
+            "previous_key_valid_until": valid_until.isoformat() if valid_until else None,
+            "revoke_old": revoke_old,
+        },
     )
-    return CreatedParticipant(participant=participant, api_key=api_key)
+    return RotatedKey(api_key=api_key, previous_key_valid_until=valid_until)
 
 
 def heartbeat(session: Session, participant: Participant, beat: Heartbeat) -> Participant:

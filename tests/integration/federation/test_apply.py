@@ -55,6 +55,7 @@ def test_changed_file_updates_only_what_changed(db_url: str) -> None:
         assert result.changes == ["contract A-B: updated ['price_max', 'price_min']"]
         ab = session.scalar(select(Contract).where(Contract.id == 1))
         assert ab is not None and (ab.price_min, ab.price_max, ab.version) == (0.25, 0.30, 2)
+    with unit_of_work(db_url) as session:  # audit entries are written when the change commits
         audited = session.scalar(
             select(func.count())
             .select_from(AuditEntry)
@@ -101,6 +102,7 @@ def test_fragments_are_recorded_and_a_changed_fragment_updates_the_task(db_url: 
         q02 = session.scalar(select(Task).where(Task.name == "A.q02"))
         assert conns is not None and conns.params["rate"] == 90.0
         assert q02 is not None and (q02.fragment, q02.params, q02.inputs) == (None, {}, [])
+    with unit_of_work(db_url) as session:  # audit entries are written when the change commits
         audited = session.scalars(
             select(AuditEntry.detail).where(
                 AuditEntry.action == "task.updated", AuditEntry.entity_id == conns.id

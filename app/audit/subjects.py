@@ -1,0 +1,81 @@
+"""Which participants an audit entry is about: the entries each participant may read.
+
+Derived from what the entry touched, so no service has to say it: a participant entry is about
+that participant; a contract, about both parties; a task, about its owner and host; an offer,
+about its giver and taker; a movement, about both ends and the task's owner; a permit, about the
+participant whose replica asked for it; and every entry is about the participant that acted.
+Migration 0008 applies the same rule to the entries written before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.models import (
+    AuditEntry,
+    Contract,
+    Movement,
+    Offer,
+    Participant,
+    ReconciliationPermit,
+    Task,
+)
+
+PARTICIPANT_ACTOR = "participant:"
+
+
+@dataclass(frozen=True)
+class Concerned:
+    participant_ids: frozenset[int]
+    # The reason of a movement entry, for the movement counters (``app/observability``).
+    movement_reason: str | None = None
+
+
+def concerned(session: Session, entry: AuditEntry, actors: dict[str, int | None]) -> Concerned:
+    """The participants ``entry`` is about. ``actors`` caches participant ids by actor name."""
+    ids: set[int] = set()
+    reason: str | None = None
+    actor_id = _actor_id(session, entry.actor, actors)
+    if actor_id is not None:
+        ids.add(actor_id)
+    if entry.entity_id is not None:
+        kind, key = entry.entity_type, entry.entity_id
+        if kind == "participant":
+            ids.add(key)
+        elif kind == "contract" and (contract := session.get(Contract, key)) is not None:
+            ids.update((contract.proposer_id, contract.partner_id))
+        elif kind == "task" and (task := session.get(Task, key)) is not None:
+            ids.update((task.owner_id, task.host_id))
+        elif kind == "offer" and (offer := session.get(Offer, key)) is not None:
+            ids.update((offer.from_id, offer.to_id))
+        elif kind == "movement" and (movement := session.get(Movement, key)) is not None:
+            ids.update((movement.from_id, movement.to_id))
+            reason = movement.reason.value
+            if (moved := session.get(Task, movement.task_id)) is not None:
+                ids.add(moved.owner_id)
+        elif kind == "permit" and (permit := session.get(ReconciliationPermit, key)) is not None:
+            ids.update(p for p in (permit.participant_id,) if p is not None)
+    return Concerned(frozenset(ids), reason)
+
+
+def _actor_id(session: Session, actor: str, cache: dict[str, int | None]) -> int | None:
+    if not actor.startswith(PARTICIPANT_ACTOR):
+        return None
+    if actor not in cache:
+        name = actor.removeprefix(PARTICIPANT_ACTOR)
+        # Usually the caller authenticated in this very session: no query then.
+        known = next(
+            (
+                p.id
+                for p in session.identity_map.values()
+                if isinstance(p, Participant) and p.name == name
+            ),
+            None,
+        )
+        cache[actor] = known or session.scalar(
+            select(Participant.id).where(Participant.name == name)
+        )
+    return cache[actor]
