@@ -78,7 +78,24 @@ _VALIDATION_ERROR = {
     "ctx": {"gt": 0.0},
 }
 
+_AUDIT_ENTRY = {
+    "id": 42,
+    "at": _LATER,
+    "actor": "participant:B",
+    "action": "offer.accepted",
+    "entity_type": "offer",
+    "entity_id": 12,
+    "detail": {"tasks": ["A.q01"], "agreed_price": 0.25},
+    "participants": ["A", "B"],
+    "prev_hash": "9f2c6a0e" + "0" * 56,
+    "hash": "41d07b3c" + "0" * 56,
+}
+
 EXAMPLES: dict[str, Example] = {
+    # Audit and keys
+    "AuditEntryRead": _AUDIT_ENTRY,
+    "AuditPageRead": {"items": [_AUDIT_ENTRY], "next_cursor": 41},
+    "KeyRotated": {"api_key": "fl_B_3q9v...", "previous_key_valid_until": "2026-11-24T09:40:41Z"},
     # Participants
     "ParticipantCreate": {
         "name": "D",
