@@ -142,6 +142,9 @@ class SimulationResult:
     cost_lower_bound_note: str | None = None
     # Loads before the first offer round (trace[0] is already after it), for the plots' start.
     initial_load: dict[str, float] = field(default_factory=dict)
+    # Simulated seconds covered: a trace that stopped early (nothing could change any more)
+    # holds its last state until here.
+    horizon_seconds: float = 0.0
 
     @property
     def cost_ratio(self) -> float | None:
@@ -864,6 +867,7 @@ def simulate(
             else _infinite_bound_note(online_models, online_loads, fed.contract_pairs)
         ),
         initial_load=fed.initial_loads,
+        horizon_seconds=steps * dt,
     )
 
 
