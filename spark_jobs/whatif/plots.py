@@ -366,6 +366,9 @@ def _cost_vs_bound(path: Path, doc: FederationDoc, result: SimulationResult) -> 
     return _save(fig, path)
 
 
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+DASHES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)))
+
 # --- sweeps ------------------------------------------------------------------------------------
 
 
@@ -403,20 +406,27 @@ def _by_k(path: Path, results: pd.DataFrame, column: str, ylabel: str, title: st
     fig, ax = plt.subplots(figsize=(8, 4.2))
     frame = results.copy()
     frame[column] = pd.to_numeric(frame[column].astype("Float64"), errors="coerce")
-    for width, group in frame.groupby("price_range_width"):
+    groups = list(frame.groupby("price_range_width"))
+    for n, (width, group) in enumerate(groups):
         with warnings.catch_warnings():  # no run reached it: no median, a gap in the line
             warnings.simplefilter("ignore", RuntimeWarning)
             series = group.groupby("contracts_per_participant")[column].agg(agg)
+        # Widths often give equal values (every run acceptable): each width its own marker and
+        # dash, nudged sideways, so no line hides behind another.
+        dodge = (n - (len(groups) - 1) / 2) * 0.06
         ax.plot(
-            series.index,
+            series.index.to_numpy(dtype=float) + dodge,
             series.to_numpy(dtype=float),
-            marker="o",
+            marker=MARKERS[n % len(MARKERS)],
+            linestyle=DASHES[n % len(DASHES)],
+            markersize=6,
             label=f"price range {float(width):.0%}",
         )
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if column == "acceptable":
         ax.set_ylim(-0.02, 1.02)
         ax.axhline(0.95, color="grey", linestyle=":", linewidth=0.8)
-    ax.set_xlabel("contracts per participant (k)")
+    ax.set_xlabel("contracts per participant (k); widths nudged sideways")
     ax.set_ylabel(ylabel)
     pooled = [
         c
