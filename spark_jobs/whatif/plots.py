@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import MaxNLocator, NullLocator
 
 from app.federation.document import FederationDoc
 from app.market.cost_models import build_cost_model
@@ -188,7 +188,7 @@ def _loads_over_time(path: Path, doc: FederationDoc, result: SimulationResult) -
         x=0.02,
         ha="left",
     )
-    fig.supxlabel("simulated time (s)", fontsize=9)
+    fig.supxlabel("simulated time (s)", fontsize=9, x=0.02, ha="left")
     fig.supylabel("load (units)", fontsize=9)
     return _save(fig, path)
 
@@ -214,7 +214,7 @@ def _price_band(doc: FederationDoc, name: str) -> tuple[float, float] | None:
 def _marginal_costs(path: Path, doc: FederationDoc, result: SimulationResult) -> Path:
     names = [p.name for p in doc.participants]
     shown, rest = _panels(names, result)
-    fig, axes = _grid(len(shown))
+    fig, axes = _grid(len(shown), sharey=True)  # one price scale for every panel
     times = _times(result)
     finite = [
         v
@@ -261,13 +261,14 @@ def _marginal_costs(path: Path, doc: FederationDoc, result: SimulationResult) ->
         )
         _timeline_marks(ax, doc, label=ax is axes[0])
         ax.set_yscale("log")
+        ax.yaxis.set_minor_locator(NullLocator())  # decades suffice; minor ticks cost seconds
         ax.set_ylim(bottom, top)
         ax.set_title(name, fontsize=9)
         ax.tick_params(labelsize=7)
     _legend(fig, axes)
     hidden = f"; {len(rest)} others not shown" if rest else ""
     fig.suptitle(f"Marginal cost per unit load (log scale){hidden}", fontsize=10, x=0.02, ha="left")
-    fig.supxlabel("simulated time (s)", fontsize=9)
+    fig.supxlabel("simulated time (s)", fontsize=9, x=0.02, ha="left")
     return _save(fig, path)
 
 

@@ -141,3 +141,155 @@ def test_demo_without_contracts_is_not_acceptable_and_the_cli_says_why(tmp_path)
     assert summary["why_not_acceptable"][0] == reason
     flat = " ".join(result.output.split())
     assert "NOT acceptable" in flat and "cost infinite" in flat and reason in flat
+
+
+# --- item 1 of issue 16: every valid scenario finishes with a summary and a verdict ----------
+
+
+def _demo(change) -> dict:  # type: ignore[no-untyped-def]
+    import yaml
+
+    data = yaml.safe_load(DEMO.read_text())
+    change(data)
+    return data
+
+
+def _no_contracts(d: dict) -> None:
+    d["contracts"] = []
+
+
+def _tenth(d: dict) -> None:
+    for p in d["participants"]:
+        p["capacity"] = p["capacity"] / 10
+
+
+def _disconnected(d: dict) -> None:
+    # A keeps no contract: {A} and {B, C, D} are two components of the contract graph.
+    d["contracts"] = [c for c in d["contracts"] if "A" not in c["between"]]
+
+
+def _d_without_contracts(d: dict) -> None:
+    d["contracts"] = [c for c in d["contracts"] if "D" not in c["between"]]
+
+
+def _empty_timeline(d: dict) -> None:
+    d["timeline"] = []
+
+
+def _leaves_while_hosting(d: dict) -> None:
+    # At 300 s C hosts B's tasks and relays two to D: they all go back when C leaves.
+    d["timeline"].append({"at": 300, "event": "leave", "participant": "C"})
+
+
+SCENARIOS = [
+    (_no_contracts, False, True),
+    (_tenth, True, True),
+    (_disconnected, False, True),
+    (_d_without_contracts, False, True),
+    (_empty_timeline, True, False),
+    (_leaves_while_hosting, False, True),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "acceptable", "infinite"), SCENARIOS, ids=[s[0].__name__[1:] for s in SCENARIOS]
+)
+def test_every_valid_scenario_ends_with_a_summary_and_a_one_line_verdict(
+    tmp_path, change, acceptable, infinite
+):
+    import yaml
+
+    source = tmp_path / "scenario.yaml"
+    source.write_text(yaml.safe_dump(_demo(change)))
+    out = tmp_path / "out"
+    result = run(str(source), "--out", str(out))
+    assert result.exit_code == 0, result.output
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary) >= CONTRACT_KEYS
+    assert summary["acceptable"] is acceptable
+    verdict = summary["verdict"]
+    assert "\n" not in verdict
+    assert verdict.startswith("acceptable: " if acceptable else "not acceptable: ")
+    # The verdict is the CLI's first line (the progress bar aside).
+    lines = [x for x in result.output.splitlines() if x.startswith("borealis-demo: ")]
+    assert lines and " ".join(lines[0].split()).endswith(
+        " ".join(verdict.removeprefix("not").split()).strip()
+    )
+    assert (summary["why_not_acceptable"] == []) is acceptable
+    if infinite:
+        # JSON has no infinity: null, and a sentence saying who sits at or past capacity.
+        assert summary["cost"] is None and summary["cost_ratio"] is None
+        assert summary["cost_note"].startswith("infinite: ")
+        assert "at or past capacity" in summary["cost_note"]
+    else:
+        assert summary["cost"] > 0 and summary["cost_note"] is None
+        assert summary["cost_ratio"] == pytest.approx(summary["cost"] / summary["cost_lower_bound"])
+    html = (out / "report.html").read_text()
+    assert html.count('src="data:image/png;base64,') == 3
+    for reason in summary["why_not_acceptable"]:
+        assert reason.replace("'", "&#39;") in html
+
+
+def test_the_demo_leaving_case_returns_the_hosted_tasks_and_says_why_not(tmp_path):
+    import yaml
+
+    source = tmp_path / "leave.yaml"
+    source.write_text(yaml.safe_dump(_demo(_leaves_while_hosting)))
+    out = tmp_path / "out"
+    assert run(str(source), "--out", str(out)).exit_code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    # C left: everything it hosted or relayed went back the way it came; D, whose only
+    # contract was with C, is cut off while B is far over its threshold.
+    assert summary["final_load"]["C"] == 0.0 and summary["final_load"]["B"] == 165.0
+    assert summary["why_not_acceptable"][0].startswith(
+        "D has room (0.0 < threshold 80.0) while the federation is overloaded"
+    )
+    html = (out / "report.html").read_text()
+    assert "4 tasks (50.0 units) returned from C to B: a participant on their way left" in html
+
+
+@pytest.mark.parametrize(
+    ("field", "yaml_value"),
+    [("tasks[3].load", ".nan"), ("timeline[0].factor", ".inf")],
+)
+def test_nan_and_infinity_are_refused_naming_file_and_field(tmp_path, field, yaml_value):
+    text = DEMO.read_text()
+    if field.startswith("tasks"):
+        text = text.replace(
+            "{name: A.q03, owner: A, load: 5}", f"{{name: A.q03, owner: A, load: {yaml_value}}}"
+        )
+    else:
+        text = text.replace("factor: 4,", f"factor: {yaml_value},")
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["whatif", str(path), "--out", str(out)])
+    assert result.exit_code == 1
+    message = " ".join(result.output.split())
+    assert f"{path}: {field}: must be a finite number" in message
+    assert not out.exists()
+
+
+def test_the_demo_what_if_tells_the_story_of_make_demo(tmp_path):
+    out = tmp_path / "demo"
+    assert run(str(DEMO), "--out", str(out)).exit_code == 0
+    html = (out / "report.html").read_text()
+    assert "Against the story of <code>make demo</code>" in html
+    # Seven claims of the README's story, each told by the what-if too.
+    assert html.count("as in make demo") == 7
+    assert 'class="text bad"' not in html
+    assert "B shed 2 tasks (40.0 units) to D through C (a chained move) at 0.25" in html
+    assert "t = 120 s: B&#39;s load x4" in html
+
+
+def test_a_demo_without_contracts_says_where_its_story_differs(tmp_path):
+    import yaml
+
+    source = tmp_path / "no-contracts.yaml"
+    source.write_text(yaml.safe_dump(_demo(_no_contracts)))
+    out = tmp_path / "out"
+    assert run(str(source), "--out", str(out)).exit_code == 0
+    html = (out / "report.html").read_text()
+    assert "A sheds to B and C</td>" in html
+    assert "the what-if: nothing moved; ended not acceptable" in html
