@@ -156,8 +156,14 @@ class SimulationResult:
     def summary(self) -> dict[str, Any]:
         """The JSON summary. JSON has no infinity: an infinite cost (a participant at or past
         capacity under M/M/1) is written as null, and ``cost_note`` says who and why."""
+        verdict = (
+            self.verdict
+            or
+            # a result built elsewhere (the node simulation) has none
+            ("acceptable" if self.acceptable else "not acceptable: " + "; ".join(self.reasons))
+        )
         return {
-            "verdict": self.verdict,
+            "verdict": verdict,
             "acceptable": self.acceptable,
             "steps_to_acceptable": self.steps_to_acceptable,
             "seconds_to_acceptable": self.seconds_to_acceptable,
