@@ -7,6 +7,7 @@ No Spark, no files but a report directory: each federation is parsed from text a
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -135,7 +136,7 @@ def test_prices_below_the_takers_marginal_cost_on_every_path_are_named() -> None
 def _results(acceptable: list[bool]) -> pd.DataFrame:
     rows = []
     for i, ok in enumerate(acceptable):
-        row = {name: 0 for name in PARAMETERS}
+        row: dict[str, Any] = {name: 0 for name in PARAMETERS}
         row.update(id=i, participants=4, contracts_per_participant=2, seed=i)
         row.update(price_range_width=0.1, load_skew=1.0, capacity_spread=0.5, overload=0.7)
         row.update({name: None for name in FIGURES})
