@@ -58,10 +58,14 @@ def whatif(
     One very large federation on Spark: fedload whatif --large 100000 --k 10
     --out var/reports/large
 
-    Writes DIR/summary.json (acceptable, steps_to_acceptable, moves, payments_total, cost,
-    cost_lower_bound, final_load, thresholds), PNG plots and DIR/report.html; a sweep also
-    writes DIR/results.parquet, one row per simulation. A file that cannot be used stops the
-    run with a message naming the file, the line and the field, and exit status 1.
+    Writes DIR/summary.json (verdict, acceptable, why_not_acceptable, steps_to_acceptable,
+    moves, payments_total, cost, cost_lower_bound, cost_ratio, final_load, thresholds; an
+    infinite cost is null with cost_note saying who is at or past capacity), PNG plots and
+    DIR/report.html (the verdict, why not, what happened act by act, the lower bound); a sweep
+    writes the fraction of runs acceptable instead of a yes/no, and DIR/results.parquet, one
+    row per simulation. A finished simulation exits 0 whatever its verdict; a file that cannot
+    be used stops the run with a message naming the file, the line and the field, and exit
+    status 1.
     """
     from app.federation.document import FederationFileError, load_federation
     from spark_jobs.whatif import job

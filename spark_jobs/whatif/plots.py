@@ -476,6 +476,7 @@ def large_plots(
             lower_bound, color="black", linestyle="--", label=f"lower bound {lower_bound:.4g}"
         )
     ax.set_yscale("log")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("round")
     ax.set_title("Cost vs lower bound (water-filling over all participants)")
     ax.legend(fontsize=8)
@@ -483,8 +484,22 @@ def large_plots(
 
     fig, ax = plt.subplots(figsize=(8, 4))
     bins = [i / 50 for i in range(51)]
-    ax.hist(np.clip(initial_load / capacity, 0, 1), bins=bins, alpha=0.5, label="start")
-    ax.hist(np.clip(final_load / capacity, 0, 1), bins=bins, alpha=0.5, label="end")
+    # Outlines, not filled bars: filled, the end hid the start wherever they overlapped.
+    ax.hist(
+        np.clip(initial_load / capacity, 0, 1),
+        bins=bins,
+        histtype="step",
+        linewidth=1.6,
+        label="start",
+    )
+    ax.hist(
+        np.clip(final_load / capacity, 0, 1),
+        bins=bins,
+        histtype="step",
+        linewidth=1.6,
+        linestyle="--",
+        label="end",
+    )
     ax.set_yscale("log")
     ax.set_xlabel("utilisation (load / capacity)")
     ax.set_ylabel("participants")
