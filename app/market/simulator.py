@@ -865,7 +865,7 @@ def simulate(
         initial_hosts=fed.initial_hosts,
         final_hosts=fed.host_names(),
         unplaced_replicas=tuple(t.name for t in fed.tasks if not t.placed),
-        verdict=verdict_line(verdict),
+        verdict=verdict_line(verdict, fed.positions()),
         cost_note=None if math.isfinite(cost) else _infinite_cost_note(online_models, online_loads),
         cost_lower_bound_note=(
             None
@@ -877,8 +877,21 @@ def simulate(
     )
 
 
-def verdict_line(verdict: Acceptability) -> str:
-    """The verdict in one line: the rule's summary, or its first reason and how many follow."""
+def verdict_line(verdict: Acceptability, positions: Sequence[Position] = ()) -> str:
+    """The verdict in one line: the rule's summary, or its first reason and how many follow.
+
+    An overloaded federation is acceptable when nobody has room for a task; a participant below
+    its threshold without room for one (the rule judges at task granularity) is named, so the
+    line does not claim everyone is at or above the threshold."""
+    if verdict.acceptable and verdict.overloaded:
+        below = [p.name for p in positions if p.load < p.threshold]
+        if below:
+            return (
+                f"acceptable: the federation is overloaded ({verdict.total_load:.1f} > "
+                f"{verdict.total_threshold:.1f}) and nobody has room for a task: "
+                f"{_listing(below)} {'is' if len(below) == 1 else 'are'} below the threshold "
+                "without room for another task, everyone else at or above it"
+            )
     if verdict.acceptable or not verdict.reasons:
         return verdict.summary
     more = len(verdict.offenders) - 1

@@ -304,3 +304,19 @@ def test_a_demo_without_contracts_says_where_its_story_differs(whatif):
     html = whatif(_no_contracts).html
     assert "A sheds to B and C</td>" in html
     assert "the what-if: nothing moved; ended not acceptable" in html
+
+
+def test_capacities_cut_to_a_tenth_is_overloaded_and_names_who_is_below_without_room(whatif):
+    summary = whatif(_tenth).summary
+    assert summary["overloaded"] is True and summary["acceptable"] is True
+    # D (joined empty) sits below its 3.7 threshold but a 5-unit task would take it past the
+    # threshold's price: acceptable, and the verdict says so rather than "everyone at or above".
+    assert summary["verdict"] == (
+        "acceptable: the federation is overloaded (270.0 > 14.7) and nobody has room for a "
+        "task: D is below the threshold without room for another task, everyone else at or "
+        "above it"
+    )
+    assert summary["cost_lower_bound_note"] == (
+        "infinite: no allocation over the contracts fits: {A, B, C, D} carries 270.0 against a "
+        "capacity of 40.0"
+    )
