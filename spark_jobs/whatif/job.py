@@ -31,7 +31,7 @@ from rich.progress import (
 
 from app.federation.document import FederationDoc
 from app.market.rounds import generate_large, judge_state, participant_names, water_filling_bound
-from app.market.simulator import SimulationResult, simulate
+from app.market.simulator import SimulationResult, simulate, verdict_line
 from spark_jobs.whatif import plots
 from spark_jobs.whatif.report import write_report, write_summary
 from spark_jobs.whatif.story import DEMO_DIFFERENCES, acts, demo_comparison
@@ -374,6 +374,7 @@ def run_large(
             "seed": spec.seed,
             "max_rounds": spec.max_rounds,
         },
+        "verdict": verdict_line(verdict),
         "acceptable": verdict.acceptable,
         "why_not_acceptable": list(verdict.reasons),
         "steps_to_acceptable": reached,
@@ -404,9 +405,9 @@ def run_large(
         or "One very large generated federation, simulated in rounds with Spark DataFrames.",
         source=spec.source,
         kind="very large federation (Spark DataFrame rounds)",
-        verdict=("acceptable" if verdict.acceptable else "NOT acceptable")
-        + f" after {last} rounds"
-        + (f" (first acceptable at round {reached})" if reached is not None else ""),
+        verdict=verdict_line(verdict)
+        + f" (after {last} rounds"
+        + (f"; first acceptable at round {reached})" if reached is not None else ")"),
         acceptable=verdict.acceptable,
         reasons=verdict.reasons,
         figures=shown,

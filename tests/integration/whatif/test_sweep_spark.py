@@ -125,6 +125,7 @@ def test_cli_large_federation_matches_the_numpy_rounds(spark, tmp_path):
     )
     reference = run_rounds(fed, max_rounds=200)
     assert summary["acceptable"] == reference.acceptable
+    assert summary["verdict"].startswith("acceptable: " if reference.acceptable else "not ")
     assert summary["steps_to_acceptable"] == reference.rounds_to_acceptable
     assert summary["rounds"] == len(reference.rounds)
     names = sorted(summary["final_load"])
