@@ -52,7 +52,7 @@ from app.federation.document import FederationDoc
 from app.market import bpm, copies, protocol
 from app.market.acceptability import Acceptability, Link, Position, judge_allocation
 from app.market.cost_models import CostModel, build_cost_model, marginal_cost
-from app.market.lower_bound import cost_lower_bound
+from app.market.lower_bound import component_bound, components, cost_lower_bound
 
 # Load travels over as many contracts as it takes (DESIGN.md: "load can travel over several
 # hops"); short chains are tried first. A cap of 2 (A -> B -> C only) left a participant far
@@ -136,10 +136,34 @@ class SimulationResult:
     initial_hosts: dict[str, str] = field(default_factory=dict)
     final_hosts: dict[str, str] = field(default_factory=dict)
     unplaced_replicas: tuple[str, ...] = ()
+    # The final verdict on one line, and why a cost or its bound is infinite (None: finite).
+    verdict: str = ""
+    cost_note: str | None = None
+    cost_lower_bound_note: str | None = None
+    # Loads before the first offer round (trace[0] is already after it), for the plots' start.
+    initial_load: dict[str, float] = field(default_factory=dict)
+    # Simulated seconds covered: a trace that stopped early (nothing could change any more)
+    # holds its last state until here.
+    horizon_seconds: float = 0.0
+
+    @property
+    def cost_ratio(self) -> float | None:
+        """Final cost over the lower bound; None when either is infinite or the bound is 0."""
+        if math.isfinite(self.cost) and math.isfinite(self.cost_lower_bound):
+            return self.cost / self.cost_lower_bound if self.cost_lower_bound > 0 else None
+        return None
 
     def summary(self) -> dict[str, Any]:
-        """The JSON summary; an infinite cost (an M/M/1 node at capacity) is written as null."""
+        """The JSON summary. JSON has no infinity: an infinite cost (a participant at or past
+        capacity under M/M/1) is written as null, and ``cost_note`` says who and why."""
+        verdict = (
+            self.verdict
+            or
+            # a result built elsewhere (the node simulation) has none
+            ("acceptable" if self.acceptable else "not acceptable: " + "; ".join(self.reasons))
+        )
         return {
+            "verdict": verdict,
             "acceptable": self.acceptable,
             "steps_to_acceptable": self.steps_to_acceptable,
             "seconds_to_acceptable": self.seconds_to_acceptable,
@@ -147,6 +171,9 @@ class SimulationResult:
             "payments_total": self.payments_total,
             "cost": _json_float(self.cost),
             "cost_lower_bound": _json_float(self.cost_lower_bound),
+            "cost_ratio": self.cost_ratio,
+            "cost_note": self.cost_note,
+            "cost_lower_bound_note": self.cost_lower_bound_note,
             "final_load": dict(self.final_load),
             "thresholds": dict(self.thresholds),
             "overloaded": self.overloaded,
@@ -250,6 +277,7 @@ class _Federation:
         self.offers = 0
         self._rebuild()
         self.initial_hosts = self.host_names()
+        self.initial_loads = {n: self.loads[i] for i, n in enumerate(self.names) if self.online[i]}
 
     # --- state -------------------------------------------------------------------------
 
@@ -812,18 +840,16 @@ def simulate(
             start -= 1
         steps_to = start
     online_models = {n: fed.models[i] for i, n in enumerate(names) if fed.online[i]}
-    bound = cost_lower_bound(
-        online_models,
-        {n: fed.loads[fed.index[n]] for n in online_models},
-        fed.contract_pairs,
-    )
+    online_loads = {n: fed.loads[fed.index[n]] for n in online_models}
+    bound = cost_lower_bound(online_models, online_loads, fed.contract_pairs)
+    cost = fed.total_cost()
     return SimulationResult(
         acceptable=verdict.acceptable,
         steps_to_acceptable=steps_to,
         seconds_to_acceptable=steps_to * dt if steps_to is not None else None,
         moves=fed.relocations,
         payments_total=paid_total,
-        cost=fed.total_cost(),
+        cost=cost,
         cost_lower_bound=bound,
         final_load={n: fed.loads[i] if fed.online[i] else 0.0 for i, n in enumerate(names)},
         thresholds={n: fed.thresholds[i] for i, n in enumerate(names)},
@@ -839,4 +865,79 @@ def simulate(
         initial_hosts=fed.initial_hosts,
         final_hosts=fed.host_names(),
         unplaced_replicas=tuple(t.name for t in fed.tasks if not t.placed),
+        verdict=verdict_line(verdict, fed.positions()),
+        cost_note=None if math.isfinite(cost) else _infinite_cost_note(online_models, online_loads),
+        cost_lower_bound_note=(
+            None
+            if math.isfinite(bound)
+            else _infinite_bound_note(online_models, online_loads, fed.contract_pairs)
+        ),
+        initial_load=fed.initial_loads,
+        horizon_seconds=steps * dt,
+    )
+
+
+def verdict_line(verdict: Acceptability, positions: Sequence[Position] = ()) -> str:
+    """The verdict in one line: the rule's summary, or its first reason and how many follow.
+
+    An overloaded federation is acceptable when nobody has room for a task; a participant below
+    its threshold without room for one (the rule judges at task granularity) is named, so the
+    line does not claim everyone is at or above the threshold."""
+    if verdict.acceptable and verdict.overloaded:
+        below = [p.name for p in positions if p.load < p.threshold]
+        if below:
+            return (
+                f"acceptable: the federation is overloaded ({verdict.total_load:.1f} > "
+                f"{verdict.total_threshold:.1f}) and nobody has room for a task: "
+                f"{_listing(below)} {'is' if len(below) == 1 else 'are'} below the threshold "
+                "without room for another task, everyone else at or above it"
+            )
+    if verdict.acceptable or not verdict.reasons:
+        return verdict.summary
+    more = len(verdict.offenders) - 1
+    tail = f" (and {more} more participant{'s' if more > 1 else ''})" if more > 0 else ""
+    return f"not acceptable: {verdict.reasons[0]}{tail}"
+
+
+def _listing(items: Sequence[str], limit: int = 5) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def _infinite_cost_note(models: dict[str, CostModel], loads: dict[str, float]) -> str:
+    """Who makes the total cost infinite: participants at or past capacity (M/M/1: D(u) =
+    u / (1 - u) has no finite value for u >= 1)."""
+    past = [
+        f"{n} ({loads[n]:.1f} of capacity {models[n].capacity:.1f})"
+        for n in models
+        if not math.isfinite(models[n].cost(loads[n]))
+    ]
+    verb = "is" if len(past) == 1 else "are"
+    return (
+        f"infinite: {_listing(past)} {verb} at or past capacity, where the cost model has no "
+        "finite value"
+    )
+
+
+def _infinite_bound_note(
+    models: dict[str, CostModel], loads: dict[str, float], pairs: Sequence[tuple[str, str]]
+) -> str:
+    """Why even the best allocation costs infinity: a part of the contract graph carries more
+    load than the capacity of all its participants together (no moves can fix that)."""
+    full = []
+    for group in components(sorted(models), pairs):
+        if math.isinf(
+            component_bound([models[n] for n in group], math.fsum(loads[n] for n in group))
+        ):
+            load = math.fsum(loads[n] for n in group)
+            capacity = math.fsum(models[n].capacity for n in group)
+            full.append(
+                f"{{{_listing(group, 4)}}} carries {load:.1f} against a capacity of {capacity:.1f}"
+            )
+    if not full:
+        return "infinite: no allocation over the contracts has a finite cost"
+    return (
+        "infinite: no allocation over the contracts fits: "
+        + "; ".join(full[:3])
+        + (f"; and {len(full) - 3} more groups" if len(full) > 3 else "")
     )

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 import yaml
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from app.federation.document import FederationDoc
 
 console = Console(stderr=True)
 
@@ -35,7 +40,7 @@ def whatif(
     seed: int = typer.Option(0, "--seed", help="--large: random seed."),
     max_rounds: int = typer.Option(200, "--max-rounds", help="--large: at most this many rounds."),
     max_steps: int | None = typer.Option(
-        None, "--max-steps", help="Federation file: at most this many simulation steps."
+        None, "--max-steps", min=1, help="Federation file: at most this many simulation steps."
     ),
     master: str | None = typer.Option(
         None, "--master", help="Spark master (default: $SPARK_MASTER, else local[*])."
@@ -54,10 +59,14 @@ def whatif(
     One very large federation on Spark: fedload whatif --large 100000 --k 10
     --out var/reports/large
 
-    Writes DIR/summary.json (acceptable, steps_to_acceptable, moves, payments_total, cost,
-    cost_lower_bound, final_load, thresholds), PNG plots and DIR/report.html; a sweep also
-    writes DIR/results.parquet, one row per simulation. A file that cannot be used stops the
-    run with a message naming the file, the line and the field, and exit status 1.
+    Writes DIR/summary.json (verdict, acceptable, why_not_acceptable, steps_to_acceptable,
+    moves, payments_total, cost, cost_lower_bound, cost_ratio, final_load, thresholds; an
+    infinite cost is null with cost_note saying who is at or past capacity), PNG plots and
+    DIR/report.html (the verdict, why not, what happened act by act, the lower bound); a sweep
+    writes the fraction of runs acceptable instead of a yes/no, and DIR/results.parquet, one
+    row per simulation. A finished simulation exits 0 whatever its verdict; a file that cannot
+    be used stops the run with a message naming the file, the line and the field, and exit
+    status 1.
     """
     from app.federation.document import FederationFileError, load_federation
     from spark_jobs.whatif import job
@@ -120,19 +129,59 @@ def whatif(
         return
     try:
         doc = load_federation(target)
+        check_finite(doc)
     except FederationFileError as exc:
         raise _fail(str(exc)) from exc
     try:
         summary = job.run_federation(doc, out, max_steps=max_steps, console=console)
     except ValueError as exc:  # the engine refusing a scenario the file checks let through
         raise _fail(f"{doc.source}: {exc}") from exc
-    state = "acceptable" if summary["acceptable"] else "NOT acceptable"
+    # First the verdict, on one line; then the figures and, when not acceptable, why not.
+    verdict = str(summary["verdict"])
+    if not summary["acceptable"]:
+        verdict = "NOT" + verdict.removeprefix("not")
+    console.print(f"{doc.name}: {verdict}", highlight=False, soft_wrap=True)
+    ratio = summary.get("cost_ratio")
     console.print(
-        f"{doc.name}: final allocation {state}, {summary['moves']} moves, cost "
-        f"{_figure(summary['cost'])} vs lower bound {_figure(summary['cost_lower_bound'])}; "
-        f"report: {out / 'report.html'}"
+        f"  {summary['moves']} moves, cost {_figure(summary['cost'])} vs lower bound "
+        f"{_figure(summary['cost_lower_bound'])}"
+        + (f" ({ratio:.2f}x)" if isinstance(ratio, float) else "")
+        + f"; report: {out / 'report.html'}",
+        highlight=False,
+        soft_wrap=True,
     )
+    for key in ("cost_note", "cost_lower_bound_note"):
+        if summary.get(key):
+            what = "cost" if key == "cost_note" else "lower bound"
+            console.print(f"  {what} {summary[key]}", highlight=False, soft_wrap=True)
     _why_not(summary)
+
+
+def check_finite(doc: FederationDoc) -> None:
+    """Refuse NaN and infinity where a simulation needs a number (YAML's ``.nan``/``.inf`` pass
+    the JSON Schema's bounds): a task's load, a scale factor, a time, a price, a setting."""
+    from app.federation.document import FederationFileError
+
+    fields: list[tuple[str, float | None]] = []
+    for i, p in enumerate(doc.participants):
+        fields += [(f"participants[{i}].capacity", p.capacity)]
+        fields += [(f"participants[{i}].joins_at", p.joins_at)]
+    for i, c in enumerate(doc.contracts):
+        fields += [(f"contracts[{i}].price_min", c.price_min)]
+        fields += [(f"contracts[{i}].price_max", c.price_max)]
+        fields += [(f"contracts[{i}].min_move_seconds", c.min_move_seconds)]
+    for i, t in enumerate(doc.tasks):
+        fields += [(f"tasks[{i}].load", t.load)]
+    for i, e in enumerate(doc.timeline):
+        fields += [(f"timeline[{i}].{key}", getattr(e, key)) for key in ("at", "factor", "load")]
+    sim = doc.simulation
+    for key in ("step_seconds", "offer_interval_seconds", "duration_seconds", "hysteresis"):
+        fields += [(f"simulation.{key}", getattr(sim, key))]
+    for where, value in fields:
+        if value is not None and not math.isfinite(float(value)):
+            raise FederationFileError(
+                doc.source, None, where, f"must be a finite number, got {value}"
+            )
 
 
 def _figure(value: object) -> str:

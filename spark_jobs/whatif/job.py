@@ -31,9 +31,10 @@ from rich.progress import (
 
 from app.federation.document import FederationDoc
 from app.market.rounds import generate_large, judge_state, participant_names, water_filling_bound
-from app.market.simulator import simulate
+from app.market.simulator import SimulationResult, simulate, verdict_line
 from spark_jobs.whatif import plots
 from spark_jobs.whatif.report import write_report, write_summary
+from spark_jobs.whatif.story import DEMO_DIFFERENCES, acts, demo_comparison
 from spark_jobs.whatif.sweep import FIGURES, run_in_process, run_on_spark
 from spark_jobs.whatif.sweep_file import GridSweep, LargeSweep
 
@@ -91,18 +92,72 @@ def run_federation(
     write_summary(out, summary)
     pngs = plots.federation_plots(out, doc, result)
     moves = pd.DataFrame([m.as_dict() for m in result.move_log[:200]])
+    story = acts(doc, result)
+    claims = demo_comparison(doc, story)
     write_report(
         out,
         title=doc.name,
         description=doc.description,
         source=doc.source,
         kind="one federation (per-task simulator)",
+        verdict=result.verdict,
+        acceptable=result.acceptable,
+        reasons=result.reasons,
+        notes=federation_notes(summary),
+        story=story,
+        claims=claims,
+        claims_note=DEMO_DIFFERENCES
+        + (
+            ""
+            if all(c.holds for c in claims)
+            else " Where a claim does not hold, the verdict above and the acts say why."
+        ),
         figures=summary,
         plots=pngs,
-        table=moves,
-        table_title=f"Moves (first {len(moves)} of {len(result.move_log)})",
+        tables=[
+            ("Participants at the end", participants_table(result)),
+            (f"Moves (first {len(moves)} of {len(result.move_log)})", moves),
+        ],
     )
     return summary
+
+
+def federation_notes(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """The comparison with the lower bound, and why a cost or the bound is infinite."""
+    cost, bound, ratio = summary["cost"], summary["cost_lower_bound"], summary["cost_ratio"]
+    notes = []
+    if cost is not None and bound is not None:
+        versus = f" ({ratio:.2f}x the bound)" if ratio is not None else ""
+        notes.append(
+            (
+                "cost vs lower bound",
+                f"final cost {cost:.4g} against {bound:.4g}{versus}. The bound is the best any "
+                "allocation could do with divisible tasks moving freely along the contracts "
+                "(the continuous relaxation); whole tasks and the prices' limits keep the "
+                "market above it.",
+            )
+        )
+    if summary.get("cost_note"):
+        notes.append(("cost", str(summary["cost_note"])))
+    if summary.get("cost_lower_bound_note"):
+        notes.append(("lower bound", str(summary["cost_lower_bound_note"])))
+    return notes
+
+
+def participants_table(result: SimulationResult) -> pd.DataFrame:
+    rows = []
+    for name, load in result.final_load.items():
+        threshold = result.thresholds.get(name, math.nan)
+        rows.append(
+            {
+                "participant": name,
+                "final load": load,
+                "threshold": threshold,
+                "over threshold": load > threshold + 1e-9,
+                "net payment": result.net_payments.get(name, 0.0),
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 # --- sweeps --------------------------------------------------------------------------------------
@@ -123,6 +178,7 @@ def sweep_summary(sweep: GridSweep, results: pd.DataFrame, wall: float) -> dict[
 
     acceptable = ok["acceptable"].astype(bool)
     failing = ok[~acceptable]
+    fraction = float(acceptable.mean()) if len(ok) else None
     why_not = (
         [f"{len(failing)} of {len(results)} runs did not end in an acceptable allocation"]
         + [
@@ -138,10 +194,12 @@ def sweep_summary(sweep: GridSweep, results: pd.DataFrame, wall: float) -> dict[
         "source": sweep.source,
         "runs": len(results),
         "errors": int(results["error"].notna().sum()),
-        "fraction_acceptable": float(acceptable.mean()) if len(ok) else None,
-        # The single-federation keys, as aggregates over the runs: acceptable only if every run
-        # ends acceptable; medians over the runs that reached it; means elsewhere.
-        "acceptable": bool(len(ok) == len(results) and acceptable.all()),
+        # A sweep answers "how often", never yes or no: 91% acceptable is not "no".
+        "verdict": sweep_verdict(int(acceptable.sum()), len(ok), len(results)),
+        "fraction_acceptable": fraction,
+        "acceptable_runs": int(acceptable.sum()),
+        # The single-federation keys, as aggregates over the runs: medians over the runs that
+        # reached an acceptable allocation; means elsewhere.
         "why_not_acceptable": why_not,
         "steps_to_acceptable": float(statistics.median(reached)) if len(reached) else None,
         "seconds_to_acceptable": float(statistics.median(seconds)) if len(seconds) else None,
@@ -158,6 +216,18 @@ def sweep_summary(sweep: GridSweep, results: pd.DataFrame, wall: float) -> dict[
         "wall_seconds": wall,
         "simulations_per_second": len(results) / wall if wall > 0 else None,
     }
+
+
+def sweep_verdict(acceptable: int, finished: int, runs: int) -> str:
+    """One line: the fraction of finished runs ending acceptable, and failed runs if any."""
+    failed = runs - finished
+    tail = f"; {failed} of {runs} simulations failed" if failed else ""
+    if not finished:
+        return f"no simulation finished{tail}"
+    return (
+        f"acceptable in {acceptable / finished:.1%} of runs ({acceptable} of {finished} ended "
+        f"in an acceptable allocation){tail}"
+    )
 
 
 def group_table(results: pd.DataFrame) -> pd.DataFrame:
@@ -224,10 +294,12 @@ def run_sweep(
         description=sweep.description,
         source=sweep.source,
         kind=f"sweep of {sweep.size} generated federations ({where})",
+        verdict=summary["verdict"],
+        acceptable=None,
+        reasons=summary["why_not_acceptable"],
         figures={k: v for k, v in summary.items() if k != "groups"},
         plots=pngs,
-        table=group_table(results),
-        table_title="Per parameter combination (seeds pooled)",
+        tables=[("Per parameter combination (seeds pooled)", group_table(results))],
     )
     return summary
 
@@ -302,6 +374,7 @@ def run_large(
             "seed": spec.seed,
             "max_rounds": spec.max_rounds,
         },
+        "verdict": verdict_line(verdict),
         "acceptable": verdict.acceptable,
         "why_not_acceptable": list(verdict.reasons),
         "steps_to_acceptable": reached,
@@ -332,10 +405,14 @@ def run_large(
         or "One very large generated federation, simulated in rounds with Spark DataFrames.",
         source=spec.source,
         kind="very large federation (Spark DataFrame rounds)",
+        verdict=verdict_line(verdict)
+        + f" (after {last} rounds"
+        + (f"; first acceptable at round {reached})" if reached is not None else ")"),
+        acceptable=verdict.acceptable,
+        reasons=verdict.reasons,
         figures=shown,
         plots=pngs,
-        table=pd.DataFrame(summary["per_round"]),
-        table_title="Per round",
+        tables=[("Per round", pd.DataFrame(summary["per_round"]))],
     )
     return summary
 

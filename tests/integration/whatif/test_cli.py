@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
+from markupsafe import escape
 from typer.testing import CliRunner
 
 from app.cli import cli
@@ -34,12 +39,53 @@ def run(*args: str):
     return CliRunner().invoke(cli, ["whatif", *args], catch_exceptions=False)
 
 
-def test_demo_writes_the_summary_plots_and_a_self_contained_report(tmp_path):
-    out = tmp_path / "demo"
-    result = run(str(DEMO), "--out", str(out))
-    assert result.exit_code == 0, result.output
+@dataclass(frozen=True)
+class Run:
+    out: Path
+    exit_code: int
+    output: str
+    summary: dict[str, Any]
+    html: str
 
-    summary = json.loads((out / "summary.json").read_text())
+
+Change = Callable[[dict[str, Any]], None]
+
+
+@pytest.fixture(scope="module")
+def whatif(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Change | None], Run]:
+    """``fedload whatif`` of the demo federation, changed by a function of its YAML data; each
+    scenario runs once per module (plots take seconds) and the tests read its outputs."""
+    done: dict[str, Run] = {}
+
+    def of(change: Change | None = None) -> Run:
+        key = change.__name__.strip("_") if change else "demo"
+        if key not in done:
+            base = tmp_path_factory.mktemp(key)
+            source = DEMO
+            if change is not None:
+                data = yaml.safe_load(DEMO.read_text())
+                change(data)
+                source = base / f"{key}.yaml"
+                source.write_text(yaml.safe_dump(data))
+            out = base / "out"
+            result = run(str(source), "--out", str(out))
+            assert result.exit_code == 0, result.output
+            done[key] = Run(
+                out,
+                result.exit_code,
+                result.output,
+                json.loads((out / "summary.json").read_text()),
+                (out / "report.html").read_text(),
+            )
+        return done[key]
+
+    return of
+
+
+def test_demo_writes_the_summary_plots_and_a_self_contained_report(whatif):
+    demo = whatif(None)
+    out = demo.out
+    summary = demo.summary
     assert set(summary) >= CONTRACT_KEYS
     # The figures are the simulator's own, for the same file.
     expected = json.loads(json.dumps(simulate(load_federation(DEMO)).summary()))
@@ -51,7 +97,7 @@ def test_demo_writes_the_summary_plots_and_a_self_contained_report(tmp_path):
 
     for name in ("loads.png", "marginal_costs.png", "cost_vs_bound.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
-    html = (out / "report.html").read_text()
+    html = demo.html
     assert html.count('src="data:image/png;base64,') == 3
     # Self-contained: nothing fetched from anywhere.
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)
@@ -122,22 +168,155 @@ def test_missing_file_and_bad_large_options_are_named(tmp_path):
     assert "--k" in result.output and "even number" in " ".join(result.output.split())
 
 
-def test_demo_without_contracts_is_not_acceptable_and_the_cli_says_why(tmp_path):
-    import yaml
-
-    data = yaml.safe_load(DEMO.read_text())
-    data["contracts"] = []
-    source = tmp_path / "no-contracts.yaml"
-    source.write_text(yaml.safe_dump(data))
-    out = tmp_path / "out"
-    result = run(str(source), "--out", str(out))
-    assert result.exit_code == 0, result.output
-    summary = json.loads((out / "summary.json").read_text())
+def test_demo_without_contracts_is_not_acceptable_and_the_cli_says_why(whatif):
+    bare = whatif(_no_contracts)
+    summary = bare.summary
     assert summary["acceptable"] is False and summary["cost"] is None  # A past capacity
     reason = (
         "A is over its threshold (130.0 > 100.0) and no contract path leads from A to spare "
         "capacity (C, D)"
     )
     assert summary["why_not_acceptable"][0] == reason
-    flat = " ".join(result.output.split())
+    flat = " ".join(bare.output.split())
     assert "NOT acceptable" in flat and "cost infinite" in flat and reason in flat
+
+
+# --- item 1 of issue 16: every valid scenario finishes with a summary and a verdict ----------
+
+
+def _no_contracts(d: dict) -> None:
+    d["contracts"] = []
+
+
+def _tenth(d: dict) -> None:
+    for p in d["participants"]:
+        p["capacity"] = p["capacity"] / 10
+
+
+def _disconnected(d: dict) -> None:
+    # A keeps no contract: {A} and {B, C, D} are two components of the contract graph.
+    d["contracts"] = [c for c in d["contracts"] if "A" not in c["between"]]
+
+
+def _d_without_contracts(d: dict) -> None:
+    d["contracts"] = [c for c in d["contracts"] if "D" not in c["between"]]
+
+
+def _empty_timeline(d: dict) -> None:
+    d["timeline"] = []
+
+
+def _leaves_while_hosting(d: dict) -> None:
+    # At 300 s C hosts B's tasks and relays two to D: they all go back when C leaves.
+    d["timeline"].append({"at": 300, "event": "leave", "participant": "C"})
+
+
+SCENARIOS = [
+    (_no_contracts, False, True),
+    (_tenth, True, True),
+    (_disconnected, False, True),
+    (_d_without_contracts, False, True),
+    (_empty_timeline, True, False),
+    (_leaves_while_hosting, False, True),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "acceptable", "infinite"), SCENARIOS, ids=[s[0].__name__[1:] for s in SCENARIOS]
+)
+def test_every_valid_scenario_ends_with_a_summary_and_a_one_line_verdict(
+    whatif, change, acceptable, infinite
+):
+    done = whatif(change)
+    assert done.exit_code == 0
+    summary = done.summary
+    assert set(summary) >= CONTRACT_KEYS
+    assert summary["acceptable"] is acceptable
+    verdict = summary["verdict"]
+    assert "\n" not in verdict
+    assert verdict.startswith("acceptable: " if acceptable else "not acceptable: ")
+    # The verdict is the CLI's first line after the progress bar.
+    flat = " ".join(done.output.split())
+    shown = verdict if acceptable else "NOT" + verdict.removeprefix("not")
+    assert f"borealis-demo: {' '.join(shown.split())}" in flat
+    assert (summary["why_not_acceptable"] == []) is acceptable
+    if infinite:
+        # JSON has no infinity: null, and a sentence saying who sits at or past capacity.
+        assert summary["cost"] is None and summary["cost_ratio"] is None
+        assert summary["cost_note"].startswith("infinite: ")
+        assert "at or past capacity" in summary["cost_note"]
+    else:
+        assert summary["cost"] > 0 and summary["cost_note"] is None
+        assert summary["cost_ratio"] == pytest.approx(summary["cost"] / summary["cost_lower_bound"])
+    assert done.html.count('src="data:image/png;base64,') == 3
+    assert str(escape(verdict)) in done.html
+    for reason in summary["why_not_acceptable"]:
+        assert str(escape(reason)) in done.html
+
+
+def test_a_participant_leaving_while_hosting_returns_its_tasks_and_says_why_not(whatif):
+    done = whatif(_leaves_while_hosting)
+    summary = done.summary
+    # C left: everything it hosted or relayed went back the way it came; D, whose only
+    # contract was with C, is cut off while B is far over its threshold.
+    assert summary["final_load"]["C"] == 0.0 and summary["final_load"]["B"] == 165.0
+    assert summary["why_not_acceptable"][0].startswith(
+        "D has room (0.0 < threshold 80.0) while the federation is overloaded"
+    )
+    assert "4 tasks (50.0 units) returned from C to B: a participant on their way left" in (
+        done.html
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "yaml_value"),
+    [("tasks[3].load", ".nan"), ("timeline[0].factor", ".inf")],
+)
+def test_nan_and_infinity_are_refused_naming_file_and_field(tmp_path, field, yaml_value):
+    text = DEMO.read_text()
+    if field.startswith("tasks"):
+        text = text.replace(
+            "{name: A.q03, owner: A, load: 5}", f"{{name: A.q03, owner: A, load: {yaml_value}}}"
+        )
+    else:
+        text = text.replace("factor: 4,", f"factor: {yaml_value},")
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["whatif", str(path), "--out", str(out)])
+    assert result.exit_code == 1
+    message = " ".join(result.output.split())
+    assert f"{path}: {field}: must be a finite number" in message
+    assert not out.exists()
+
+
+def test_the_demo_what_if_tells_the_story_of_make_demo(whatif):
+    html = whatif(None).html
+    assert "Against the story of <code>make demo</code>" in html
+    # Seven claims of the README's story, each told by the what-if too.
+    assert html.count("as in make demo") == 7
+    assert 'class="text bad"' not in html
+    assert "B shed 2 tasks (40.0 units) to D through C (a chained move) at 0.25" in html
+    assert "t = 120 s: B&#39;s load x4" in html
+
+
+def test_a_demo_without_contracts_says_where_its_story_differs(whatif):
+    html = whatif(_no_contracts).html
+    assert "A sheds to B and C</td>" in html
+    assert "the what-if: nothing moved; ended not acceptable" in html
+
+
+def test_capacities_cut_to_a_tenth_is_overloaded_and_names_who_is_below_without_room(whatif):
+    summary = whatif(_tenth).summary
+    assert summary["overloaded"] is True and summary["acceptable"] is True
+    # D (joined empty) sits below its 3.7 threshold but a 5-unit task would take it past the
+    # threshold's price: acceptable, and the verdict says so rather than "everyone at or above".
+    assert summary["verdict"] == (
+        "acceptable: the federation is overloaded (270.0 > 14.7) and nobody has room for a "
+        "task: D is below the threshold without room for another task, everyone else at or "
+        "above it"
+    )
+    assert summary["cost_lower_bound_note"] == (
+        "infinite: no allocation over the contracts fits: {A, B, C, D} carries 270.0 against a "
+        "capacity of 40.0"
+    )
