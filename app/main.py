@@ -10,19 +10,23 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.orm.exc import StaleDataError
 
 from app import __version__
 from app.admin.web import mount_admin
 from app.contracts.endpoints import router as contracts_router
+from app.db.integrity import conflict_for
 from app.db.session import session_factory
-from app.errors import DomainError
+from app.errors import DomainError, validation_body
 from app.movements.endpoints import router as movements_router
 from app.movements.replica_endpoints import router as replicas_router
 from app.movements.sweeper import StaleMovementSweeper
 from app.offers.endpoints import router as offers_router
+from app.openapi import publish_error_responses
 from app.participants.endpoints import router as participants_router
 from app.permits.endpoints import router as permits_router
+from app.request_limits import RequestLimits
 from app.settings import Settings, get_settings
 from app.tasks.endpoints import router as tasks_router
 
@@ -54,18 +58,12 @@ def _validation_error(_: Request, exc: Exception) -> JSONResponse:
                 "field": "body",
             },
         )
-    field = _field(first["loc"])
-    msg = str(first["msg"]).removeprefix("Value error, ")
+    listed = errors or [first]
     return JSONResponse(
         status_code=422,
-        content={
-            "detail": f"{field}: {msg}",
-            "field": field,
-            "errors": [
-                {"field": _field(e["loc"]), "message": str(e["msg"]).removeprefix("Value error, ")}
-                for e in errors
-            ],
-        },
+        content=validation_body(
+            [(_field(e["loc"]), str(e["msg"]).removeprefix("Value error, ")) for e in listed]
+        ),
     )
 
 
@@ -87,6 +85,26 @@ def _stale(_: Request, exc: Exception) -> JSONResponse:
             "detail": "the record changed concurrently; re-read it and retry",
             "field": "version",
         },
+    )
+
+
+def _integrity(_: Request, exc: Exception) -> JSONResponse:
+    # A uniqueness rule the database enforces, lost to a concurrent request between the
+    # service's own check and the insert: the same 409 the check gives. Anything else is a bug.
+    assert isinstance(exc, IntegrityError)
+    conflict = conflict_for(exc)
+    if conflict is None:
+        raise exc
+    return _domain_error(_, conflict)
+
+
+def _data_error(_: Request, exc: Exception) -> JSONResponse:
+    # The last line of defence behind the schemas' bounds: a value the database refused.
+    assert isinstance(exc, DataError)
+    reason = str(exc.orig).strip().splitlines()[0] if exc.orig else "invalid value"
+    return JSONResponse(
+        status_code=422,
+        content=validation_body([("body", f"the database refused a value: {reason}")]),
     )
 
 
@@ -120,6 +138,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(DomainError, _domain_error)
     app.add_exception_handler(StaleDataError, _stale)
+    app.add_exception_handler(IntegrityError, _integrity)
+    app.add_exception_handler(DataError, _data_error)
+    app.add_middleware(RequestLimits, max_body_bytes=settings.max_body_bytes)
     app.include_router(participants_router)
     app.include_router(contracts_router)
     app.include_router(tasks_router)
@@ -133,4 +154,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return {"status": "ok", "version": __version__}
 
     mount_admin(app, settings)
+    publish_error_responses(app)
     return app

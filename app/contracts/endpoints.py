@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Query, status
 
+from app.api_types import PathId
 from app.auth.dependencies import CurrentPrincipal, SessionDep
 from app.contracts import service
 from app.contracts.schemas import (
@@ -45,7 +46,7 @@ def list_contracts(
 
 
 @router.get("/{contract_id}", response_model=ContractRead, responses=NOT_FOUND)
-def read_contract(contract_id: int, me: CurrentPrincipal, session: SessionDep) -> ContractRead:
+def read_contract(contract_id: PathId, me: CurrentPrincipal, session: SessionDep) -> ContractRead:
     contract = service.get_visible(session, me, contract_id)
     service.expire_if_due(session, contract)
     return service.to_read(session, contract)
@@ -55,7 +56,7 @@ def read_contract(contract_id: int, me: CurrentPrincipal, session: SessionDep) -
     "/{contract_id}/counter", response_model=ContractRead, responses={**NOT_FOUND, **CONFLICT}
 )
 def counter(
-    contract_id: int, body: ContractCounter, me: CurrentPrincipal, session: SessionDep
+    contract_id: PathId, body: ContractCounter, me: CurrentPrincipal, session: SessionDep
 ) -> ContractRead:
     """Answer the terms on the table with new terms. ``version`` must be the current one."""
     return service.to_read(session, service.counter(session, me, contract_id, body))
@@ -65,7 +66,7 @@ def counter(
     "/{contract_id}/accept", response_model=ContractRead, responses={**NOT_FOUND, **CONFLICT}
 )
 def accept(
-    contract_id: int, body: VersionBody, me: CurrentPrincipal, session: SessionDep
+    contract_id: PathId, body: VersionBody, me: CurrentPrincipal, session: SessionDep
 ) -> ContractRead:
     """Accept the other party's terms; the contract becomes ``active``."""
     return service.to_read(session, service.accept(session, me, contract_id, body.version))
@@ -75,7 +76,7 @@ def accept(
     "/{contract_id}/reject", response_model=ContractRead, responses={**NOT_FOUND, **CONFLICT}
 )
 def reject(
-    contract_id: int, body: VersionBody, me: CurrentPrincipal, session: SessionDep
+    contract_id: PathId, body: VersionBody, me: CurrentPrincipal, session: SessionDep
 ) -> ContractRead:
     """Reject the other party's terms; the negotiation ends."""
     return service.to_read(session, service.reject(session, me, contract_id, body.version))
@@ -85,19 +86,21 @@ def reject(
     "/{contract_id}/terminate", response_model=ContractRead, responses={**NOT_FOUND, **CONFLICT}
 )
 def terminate(
-    contract_id: int, body: VersionBody, me: CurrentPrincipal, session: SessionDep
+    contract_id: PathId, body: VersionBody, me: CurrentPrincipal, session: SessionDep
 ) -> ContractRead:
     """End an active contract (either party): no future moves, ledger settled."""
     return service.to_read(session, service.terminate(session, me, contract_id, body.version))
 
 
 @router.get("/{contract_id}/history", response_model=list[ContractEventRead], responses=NOT_FOUND)
-def history(contract_id: int, me: CurrentPrincipal, session: SessionDep) -> list[ContractEventRead]:
+def history(
+    contract_id: PathId, me: CurrentPrincipal, session: SessionDep
+) -> list[ContractEventRead]:
     """Every proposal, counter and decision, with author, version and time."""
     return service.history(session, me, contract_id)
 
 
 @router.get("/{contract_id}/ledger", response_model=LedgerRead, responses=NOT_FOUND)
-def ledger(contract_id: int, me: CurrentPrincipal, session: SessionDep) -> LedgerRead:
+def ledger(contract_id: PathId, me: CurrentPrincipal, session: SessionDep) -> LedgerRead:
     """Payments under the contract and each party's net balance."""
     return service.ledger(session, me, contract_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 
+from app.api_types import PathName
 from app.auth.dependencies import (
     AdminPrincipal,
     CurrentParticipant,
@@ -64,7 +65,7 @@ def list_participants(
 
 @router.get("/{name}", response_model=ParticipantRead)
 def read_participant(
-    name: str, _: AdminPrincipal, session: SessionDep, settings: SettingsDep
+    name: PathName, _: AdminPrincipal, session: SessionDep, settings: SettingsDep
 ) -> ParticipantRead:
     """One participant in full, with its current liveness (admin only)."""
     participant = service.get_participant(session, name)
@@ -79,7 +80,7 @@ def read_participant(
 
 @router.get("/{name}/endpoint", response_model=ParticipantEndpoint)
 def read_endpoint(
-    name: str, me: CurrentPrincipal, session: SessionDep, settings: SettingsDep
+    name: PathName, me: CurrentPrincipal, session: SessionDep, settings: SettingsDep
 ) -> ParticipantEndpoint:
     """Where ``name``'s agent serves its streams, and whether it is alive. For admins, ``name``
     itself, and participants that work with it: an active contract, a task one owns and the
@@ -99,7 +100,7 @@ def read_endpoint(
 
 @router.patch("/{name}", response_model=ParticipantRead)
 def update_status(
-    name: str, body: ParticipantStatusUpdate, admin: AdminPrincipal, session: SessionDep
+    name: PathName, body: ParticipantStatusUpdate, admin: AdminPrincipal, session: SessionDep
 ) -> ParticipantRead:
     """Suspend or reinstate a participant (admin only); audited."""
     return ParticipantRead.model_validate(

@@ -11,13 +11,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
+from app.api_types import NO_CONTROL
 from app.auth.dependencies import AdminPrincipal, CurrentPrincipal, SessionDep, SettingsDep
 from app.permits import service
 from app.permits.schemas import PermitAsk, PermitDecision, PermitRead
 
 router = APIRouter(prefix="/v1/permits", tags=["availability"])
 
-Fragment = Annotated[str, Path(min_length=1, max_length=service.MAX_NAME)]
+Fragment = Annotated[str, Path(min_length=1, max_length=service.MAX_NAME, pattern=NO_CONTROL)]
 
 
 @router.post("/{fragment}/request", response_model=PermitDecision)

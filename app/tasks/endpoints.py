@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 
+from app.api_types import PathName
 from app.auth.dependencies import CurrentPrincipal, SessionDep
 from app.movements import repository as movements
 from app.movements.schemas import LeaseRead
@@ -28,19 +29,21 @@ def list_tasks(me: CurrentPrincipal, session: SessionDep) -> list[TaskRead]:
 
 
 @router.get("/{name}", response_model=TaskRead)
-def read_task(name: str, me: CurrentPrincipal, session: SessionDep) -> TaskRead:
+def read_task(name: PathName, me: CurrentPrincipal, session: SessionDep) -> TaskRead:
     return service.to_read(session, [service.get_readable(session, me, name)])[0]
 
 
 @router.patch("/{name}", response_model=TaskRead)
-def update_task(name: str, body: TaskUpdate, me: CurrentPrincipal, session: SessionDep) -> TaskRead:
+def update_task(
+    name: PathName, body: TaskUpdate, me: CurrentPrincipal, session: SessionDep
+) -> TaskRead:
     """Change the declared ``load`` (the owner or an admin) and/or ``pinned`` (an admin: the
     market leaves a pinned task where it is); audited. A task you cannot see is 404."""
     return service.to_read(session, [service.update(session, me, name, body)])[0]
 
 
 @router.get("/{name}/lease", response_model=LeaseRead)
-def read_lease(name: str, me: CurrentPrincipal, session: SessionDep) -> LeaseRead:
+def read_lease(name: PathName, me: CurrentPrincipal, session: SessionDep) -> LeaseRead:
     """Who hosts the task and at which epoch; a host whose epoch is older must stop writing."""
     task = service.get_visible(session, me, name)
     host = participants.names_by_id(session, [task.host_id])[task.host_id]
