@@ -18,36 +18,23 @@ The request body limit (``FEDLOAD_MAX_BODY_BYTES``) is enforced before parsing, 
 from __future__ import annotations
 
 import json
-import math
-import unicodedata
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import Path
 from pydantic import AfterValidator, AwareDatetime, Field, Strict
 
-INT32_MAX = 2**31 - 1
-MAX_NAME_CHARS = 128
-MAX_TEXT_CHARS = 1024
-MAX_LIST_ITEMS = 1000
-MAX_JSON_OBJECT_BYTES = 64 * 1024
-MAX_JSON_DEPTH = 16
-# Prices, loads and durations: far above any real one, and small enough that the product of
-# three (price x load x seconds, a payment) stays finite and fits a JSON response.
-MAX_MAGNITUDE = 1e12
-EARLIEST = datetime(1900, 1, 1, tzinfo=UTC)
-LATEST = datetime(9998, 12, 31, tzinfo=UTC)
-# Published in the OpenAPI schema beside the validator (whose message says which character).
-NO_CONTROL = r"^[^\x00-\x1f\x7f-\x9f]*$"
-
-
-def control_character(text: str) -> str | None:
-    """The first control character in ``text`` (Unicode category Cc: NUL, tab, newline, DEL,
-    C1), described for an error message, or None."""
-    for position, char in enumerate(text):
-        if unicodedata.category(char) == "Cc":
-            return f"control character U+{ord(char):04X} at position {position}"
-    return None
+from app.limits import (
+    INT32_MAX,
+    MAX_JSON_OBJECT_BYTES,
+    MAX_MAGNITUDE,
+    MAX_NAME_CHARS,
+    MAX_TEXT_CHARS,
+    NO_CONTROL,
+    control_character,
+    json_problem,
+    utc_range_problem,
+)
 
 
 def _no_control_characters(text: str) -> str:
@@ -58,41 +45,10 @@ def _no_control_characters(text: str) -> str:
 
 
 def _in_utc_range(value: datetime) -> datetime:
-    try:
-        utc = value.astimezone(UTC)
-    except OverflowError:
-        utc = None
-    if utc is None or not EARLIEST <= utc <= LATEST:
-        raise ValueError(
-            f"must lie between {EARLIEST.date()} and {LATEST.date()} in UTC; "
-            f"got {value.isoformat()}"
-        )
-    return utc
-
-
-def json_problem(value: Any, path: str = "", depth: int = 0) -> tuple[str, str] | None:
-    """(where, what) for the first value JSON storage cannot take: a non-finite number, a NUL
-    in a string or key, or nesting deeper than MAX_JSON_DEPTH. ``where`` is a dotted path."""
-    if depth > MAX_JSON_DEPTH:
-        return path, f"nests deeper than {MAX_JSON_DEPTH} levels"
-    if isinstance(value, float) and not math.isfinite(value):
-        return path, f"must be a finite number, not {value}"
-    if isinstance(value, str) and "\x00" in value:
-        return path, "must not contain a NUL character"
-    if isinstance(value, dict):
-        for key, item in value.items():
-            where = f"{path}.{key}" if path else str(key)
-            if "\x00" in str(key):
-                return path or "body", "a key contains a NUL character"
-            found = json_problem(item, where, depth + 1)
-            if found is not None:
-                return found
-    if isinstance(value, list):
-        for index, item in enumerate(value):
-            found = json_problem(item, f"{path}[{index}]", depth + 1)
-            if found is not None:
-                return found
-    return None
+    problem = utc_range_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value.astimezone(UTC)
 
 
 def _bounded_json_object(value: dict[str, Any]) -> dict[str, Any]:

@@ -19,8 +19,8 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.types import Message as AsgiMessage
 
-from app.api_types import json_problem
 from app.errors import validation_body
+from app.limits import json_problem
 
 _BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 

@@ -4,7 +4,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api_types import MAX_LIST_ITEMS, NameRef, NonNegative, Positive, RowId, Version
+from app.api_types import NameRef, NonNegative, Positive, RowId, Version
+from app.limits import MAX_LIST_ITEMS
 from app.models import OfferStatus
 
 

@@ -11,8 +11,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
-from app.api_types import NO_CONTROL
 from app.auth.dependencies import AdminPrincipal, CurrentPrincipal, SessionDep, SettingsDep
+from app.limits import NO_CONTROL
 from app.permits import service
 from app.permits.schemas import PermitAsk, PermitDecision, PermitRead
 

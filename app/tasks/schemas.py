@@ -5,7 +5,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.api_types import MAX_LIST_ITEMS, JsonObject, NameRef, NonNegative
+from app.api_types import JsonObject, NameRef, NonNegative
+from app.limits import MAX_LIST_ITEMS
 from app.participants.schemas import NAME_PATTERN
 
 
