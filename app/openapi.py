@@ -30,7 +30,9 @@ ERROR_SCHEMA: dict[str, Any] = {
 VALIDATION_ERROR_SCHEMA: dict[str, Any] = {
     "title": "HTTPValidationError",
     "type": "object",
-    "required": ["detail", "field", "errors"],
+    # ``errors`` comes with schema validation; a service's own 422 (an unknown partner, ...)
+    # names one field and has none.
+    "required": ["detail", "field"],
     "properties": {
         **ERROR_SCHEMA["properties"],
         "errors": {
