@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -12,6 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.orm.exc import StaleDataError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app import __version__
 from app.admin.web import mount_admin
@@ -88,6 +90,33 @@ def _stale(_: Request, exc: Exception) -> JSONResponse:
     )
 
 
+def _allowed_methods(request: Request) -> list[str]:
+    # Starlette's 405 names the methods of the first route whose path matched; a path served
+    # by several routes (GET and PATCH /v1/tasks/{name}) must name them all. The published
+    # paths are the routes' own, so they are what a client may use.
+    methods: set[str] = set()
+    for template, operations in request.app.openapi().get("paths", {}).items():
+        pattern = re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template))
+        if re.fullmatch(pattern, request.url.path):
+            methods |= {method.upper() for method in operations}
+    return sorted(methods)
+
+
+def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    """Routing errors (unknown path, wrong method) in the same shape as every other error."""
+    assert isinstance(exc, StarletteHTTPException)
+    headers = dict(exc.headers or {})
+    detail, field = str(exc.detail), None
+    if exc.status_code == 405:
+        allowed = _allowed_methods(request)
+        headers["Allow"] = ", ".join(allowed)
+        detail = f"{request.method} is not allowed on {request.url.path}; use {', '.join(allowed)}"
+        field = "method"
+    return JSONResponse(
+        status_code=exc.status_code, content={"detail": detail, "field": field}, headers=headers
+    )
+
+
 def _integrity(_: Request, exc: Exception) -> JSONResponse:
     # A uniqueness rule the database enforces, lost to a concurrent request between the
     # service's own check and the insert: the same 409 the check gives. Anything else is a bug.
@@ -137,6 +166,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.session_factory = session_factory(settings.database_url)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(DomainError, _domain_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(StaleDataError, _stale)
     app.add_exception_handler(IntegrityError, _integrity)
     app.add_exception_handler(DataError, _data_error)
