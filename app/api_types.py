@@ -29,7 +29,6 @@ from app.limits import (
     MAX_JSON_OBJECT_BYTES,
     MAX_MAGNITUDE,
     MAX_NAME_CHARS,
-    MAX_TEXT_CHARS,
     NO_CONTROL,
     control_character,
     json_problem,
@@ -78,13 +77,7 @@ NameRef = Annotated[
     Field(min_length=1, max_length=MAX_NAME_CHARS, json_schema_extra={"pattern": NO_CONTROL}),
     AfterValidator(_no_control_characters),
 ]
-# Free text that is stored (an endpoint URL, ...): bounded, no NUL, no control characters.
-Text = Annotated[
-    str,
-    Field(max_length=MAX_TEXT_CHARS, json_schema_extra={"pattern": NO_CONTROL}),
-    AfterValidator(_no_control_characters),
-]
-# Stored in a ``String(255)`` column (an agent's endpoint).
+# Free text stored in a ``String(255)`` column (an agent's endpoint): no control characters.
 ShortText = Annotated[
     str,
     Field(max_length=255, json_schema_extra={"pattern": NO_CONTROL}),
