@@ -34,3 +34,16 @@ class NotFound(DomainError):
 
 class Conflict(DomainError):
     status_code = 409
+
+
+def validation_body(errors: list[tuple[str, str]]) -> dict[str, object]:
+    """The one shape of a 422: the first error in ``detail`` and ``field``, all in ``errors``.
+
+    The request validation handler and the body checks in ``app.request_limits`` both render
+    through here, so the published ValidationError schema matches every 422 the API sends."""
+    field, message = errors[0]
+    return {
+        "detail": f"{field}: {message}",
+        "field": field,
+        "errors": [{"field": f, "message": m} for f, m in errors],
+    }

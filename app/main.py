@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -10,25 +11,30 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.orm.exc import StaleDataError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app import __version__
 from app.admin.web import mount_admin
 from app.api_docs import mount_docs
 from app.audit.endpoints import router as audit_router
 from app.contracts.endpoints import router as contracts_router
+from app.db.integrity import conflict_for
 from app.db.session import check_database, session_factory
-from app.errors import DomainError
+from app.errors import DomainError, validation_body
 from app.movements.endpoints import router as movements_router
 from app.movements.replica_endpoints import router as replicas_router
 from app.movements.sweeper import StaleMovementSweeper
 from app.observability import install as install_observability
 from app.offers.endpoints import router as offers_router
+from app.openapi import publish_error_responses
 from app.openapi_examples import install_examples
 from app.overload import install as install_overload_protection
 from app.overload import unavailable
 from app.participants.endpoints import router as participants_router
 from app.permits.endpoints import router as permits_router
+from app.request_limits import RequestLimits
 from app.settings import Settings, get_settings
 from app.tasks.endpoints import router as tasks_router
 
@@ -60,18 +66,12 @@ def _validation_error(_: Request, exc: Exception) -> JSONResponse:
                 "field": "body",
             },
         )
-    field = _field(first["loc"])
-    msg = str(first["msg"]).removeprefix("Value error, ")
+    listed = errors or [first]
     return JSONResponse(
         status_code=422,
-        content={
-            "detail": f"{field}: {msg}",
-            "field": field,
-            "errors": [
-                {"field": _field(e["loc"]), "message": str(e["msg"]).removeprefix("Value error, ")}
-                for e in errors
-            ],
-        },
+        content=validation_body(
+            [(_field(e["loc"]), str(e["msg"]).removeprefix("Value error, ")) for e in listed]
+        ),
     )
 
 
@@ -93,6 +93,53 @@ def _stale(_: Request, exc: Exception) -> JSONResponse:
             "detail": "the record changed concurrently; re-read it and retry",
             "field": "version",
         },
+    )
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    # Starlette's 405 names the methods of the first route whose path matched; a path served
+    # by several routes (GET and PATCH /v1/tasks/{name}) must name them all. The published
+    # paths are the routes' own, so they are what a client may use.
+    methods: set[str] = set()
+    for template, operations in request.app.openapi().get("paths", {}).items():
+        pattern = re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template))
+        if re.fullmatch(pattern, request.url.path):
+            methods |= {method.upper() for method in operations}
+    return sorted(methods)
+
+
+def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    """Routing errors (unknown path, wrong method) in the same shape as every other error."""
+    assert isinstance(exc, StarletteHTTPException)
+    headers = dict(exc.headers or {})
+    detail, field = str(exc.detail), None
+    if exc.status_code == 405:
+        allowed = _allowed_methods(request)
+        headers["Allow"] = ", ".join(allowed)
+        detail = f"{request.method} is not allowed on {request.url.path}; use {', '.join(allowed)}"
+        field = "method"
+    return JSONResponse(
+        status_code=exc.status_code, content={"detail": detail, "field": field}, headers=headers
+    )
+
+
+def _integrity(_: Request, exc: Exception) -> JSONResponse:
+    # A uniqueness rule the database enforces, lost to a concurrent request between the
+    # service's own check and the insert: the same 409 the check gives. Anything else is a bug.
+    assert isinstance(exc, IntegrityError)
+    conflict = conflict_for(exc)
+    if conflict is None:
+        raise exc
+    return _domain_error(_, conflict)
+
+
+def _data_error(_: Request, exc: Exception) -> JSONResponse:
+    # The last line of defence behind the schemas' bounds: a value the database refused.
+    assert isinstance(exc, DataError)
+    reason = str(exc.orig).strip().splitlines()[0] if exc.orig else "invalid value"
+    return JSONResponse(
+        status_code=422,
+        content=validation_body([("body", f"the database refused a value: {reason}")]),
     )
 
 
@@ -128,7 +175,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_overload_protection(app, settings)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(DomainError, _domain_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(StaleDataError, _stale)
+    app.add_exception_handler(IntegrityError, _integrity)
+    app.add_exception_handler(DataError, _data_error)
+    app.add_middleware(RequestLimits, max_body_bytes=settings.max_body_bytes)
     app.include_router(participants_router)
     app.include_router(contracts_router)
     app.include_router(tasks_router)
@@ -154,5 +205,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     mount_admin(app, settings)
     mount_docs(app)
-    install_examples(app)
+    publish_error_responses(app)
+    install_examples(app)  # after: it adds examples to the published document, errors included
     return app

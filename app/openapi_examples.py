@@ -70,13 +70,6 @@ _PERMIT = {
     "held": True,
 }
 
-_VALIDATION_ERROR = {
-    "loc": ["body", "capacity"],
-    "msg": "Input should be greater than 0",
-    "type": "greater_than",
-    "input": -5,
-    "ctx": {"gt": 0.0},
-}
 
 _AUDIT_ENTRY = {
     "id": 42,
@@ -274,8 +267,13 @@ EXAMPLES: dict[str, Example] = {
     "PermitRead": _PERMIT,
     "PermitDecision": {**_PERMIT, "replica": "C.q01@D", "granted": True},
     # Errors (FastAPI's own schemas for request validation)
-    "ValidationError": _VALIDATION_ERROR,
-    "HTTPValidationError": {"detail": [_VALIDATION_ERROR]},
+    # The service's error bodies (app/openapi.py publishes their schemas).
+    "Error": {"detail": "contract 7 is at version 3, not 2; read it again", "field": "version"},
+    "HTTPValidationError": {
+        "detail": "price: Input should be greater than 0",
+        "field": "price",
+        "errors": [{"field": "price", "message": "Input should be greater than 0"}],
+    },
 }
 
 

@@ -51,6 +51,9 @@ class Settings(BaseSettings):
     # service (the task keeps its old host and may move again). Long beside a move (checkpoint
     # shipped and restored, seconds), short enough that a crashed target frees the task soon.
     movement_lease_seconds: float = Field(default=60.0, gt=0)
+    # Largest request body the API reads (413 above it): far above any real request (a task
+    # with its fragment parameters is a few kB), far below what would strain the service.
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
 
     # Throughput and overload (issue 15). Every worker process admits at most
     # ``max_concurrent_requests`` requests at a time and gives each one its own pooled database

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response, status
 from pydantic import BaseModel
 
+from app.api_types import PathId
 from app.auth.dependencies import CurrentPrincipal, SessionDep
 from app.contracts import service
 from app.contracts.schemas import (
@@ -57,7 +58,7 @@ def list_contracts(
 
 @router.get("/{contract_id}", response_model=ContractRead, responses={**NOT_FOUND, **NOT_MODIFIED})
 def read_contract(
-    contract_id: int,
+    contract_id: PathId,
     me: CurrentPrincipal,
     session: SessionDep,
     request: Request,
@@ -73,7 +74,7 @@ def read_contract(
     "/{contract_id}/counter", response_model=ContractRead, responses={**NOT_FOUND, **CONFLICT}
 )
 def counter(
-    contract_id: int, body: ContractCounter, me: CurrentPrincipal, session: SessionDep
+    contract_id: PathId, body: ContractCounter, me: CurrentPrincipal, session: SessionDep
 ) -> ContractRead:
     """Answer the terms on the table with new terms. ``version`` must be the current one."""
     return service.to_read(session, service.counter(session, me, contract_id, body))
@@ -83,7 +84,7 @@ def counter(
     "/{contract_id}/accept", response_model=ContractRead, responses={**NOT_FOUND, **CONFLICT}
 )
 def accept(
-    contract_id: int, body: VersionBody, me: CurrentPrincipal, session: SessionDep
+    contract_id: PathId, body: VersionBody, me: CurrentPrincipal, session: SessionDep
 ) -> ContractRead:
     """Accept the other party's terms; the contract becomes ``active``."""
     return service.to_read(session, service.accept(session, me, contract_id, body.version))
@@ -93,7 +94,7 @@ def accept(
     "/{contract_id}/reject", response_model=ContractRead, responses={**NOT_FOUND, **CONFLICT}
 )
 def reject(
-    contract_id: int, body: VersionBody, me: CurrentPrincipal, session: SessionDep
+    contract_id: PathId, body: VersionBody, me: CurrentPrincipal, session: SessionDep
 ) -> ContractRead:
     """Reject the other party's terms; the negotiation ends."""
     return service.to_read(session, service.reject(session, me, contract_id, body.version))
@@ -103,7 +104,7 @@ def reject(
     "/{contract_id}/terminate", response_model=ContractRead, responses={**NOT_FOUND, **CONFLICT}
 )
 def terminate(
-    contract_id: int, body: VersionBody, me: CurrentPrincipal, session: SessionDep
+    contract_id: PathId, body: VersionBody, me: CurrentPrincipal, session: SessionDep
 ) -> ContractRead:
     """End an active contract (either party): no future moves, ledger settled."""
     return service.to_read(session, service.terminate(session, me, contract_id, body.version))
@@ -111,7 +112,7 @@ def terminate(
 
 @router.get("/{contract_id}/history", response_model=list[ContractEventRead], responses=NOT_FOUND)
 def history(
-    contract_id: int,
+    contract_id: PathId,
     me: CurrentPrincipal,
     session: SessionDep,
     page: HistoryPage,
@@ -126,6 +127,6 @@ def history(
 
 
 @router.get("/{contract_id}/ledger", response_model=LedgerRead, responses=NOT_FOUND)
-def ledger(contract_id: int, me: CurrentPrincipal, session: SessionDep) -> LedgerRead:
+def ledger(contract_id: PathId, me: CurrentPrincipal, session: SessionDep) -> LedgerRead:
     """Payments under the contract and each party's net balance."""
     return service.ledger(session, me, contract_id)

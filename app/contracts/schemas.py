@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from app.api_types import NameRef, NonNegative, Positive, Timestamp, Version
 from app.models import ContractStatus, Recovery
 
 DEFAULT_TERM = timedelta(days=365)
@@ -16,7 +17,7 @@ class AvailabilityTerms(BaseModel):
     model_config = ConfigDict(extra="forbid", from_attributes=True)
 
     recovery: Recovery | None = Field(default=None, description="gap, rollback or precise")
-    max_delay_seconds: float | None = Field(
+    max_delay_seconds: Positive | None = Field(
         default=None, gt=0, description="The application's maximum incremental delay X."
     )
     replica_hosting: bool = Field(default=False, description="The partner may host replicas.")
@@ -27,11 +28,11 @@ class ContractTerms(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    price_min: float = Field(gt=0, description="Lowest price per unit load per second.")
-    price_max: float = Field(gt=0, description="Highest price per unit load per second.")
-    starts_at: AwareDatetime | None = Field(default=None, description="Default: now.")
-    ends_at: AwareDatetime | None = Field(default=None, description="Default: a year after start.")
-    min_move_seconds: float = Field(default=0.0, ge=0, description="Minimum move duration.")
+    price_min: Positive = Field(description="Lowest price per unit load per second.")
+    price_max: Positive = Field(description="Highest price per unit load per second.")
+    starts_at: Timestamp | None = Field(default=None, description="Default: now.")
+    ends_at: Timestamp | None = Field(default=None, description="Default: a year after start.")
+    min_move_seconds: NonNegative = Field(default=0.0, description="Minimum move duration.")
     availability: AvailabilityTerms | None = None
 
     @field_validator("price_max")
@@ -57,21 +58,21 @@ class ContractTerms(BaseModel):
 
 
 class ContractCreate(ContractTerms):
-    partner: str = Field(description="Name of the participant the contract is proposed to.")
+    partner: NameRef = Field(description="Name of the participant the contract is proposed to.")
 
 
 class ContractCounter(ContractTerms):
     """New terms in answer to the ones on the table. Terms left out keep their current value."""
 
-    price_min: float = Field(default=None, gt=0, validate_default=False)  # type: ignore[assignment]
-    price_max: float = Field(default=None, gt=0, validate_default=False)  # type: ignore[assignment]
-    version: int = Field(description="The version you are answering; 409 if it moved on.")
+    price_min: Positive = Field(default=None, validate_default=False)  # type: ignore[assignment]
+    price_max: Positive = Field(default=None, validate_default=False)  # type: ignore[assignment]
+    version: Version = Field(description="The version you are answering; 409 if it moved on.")
 
 
 class VersionBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    version: int = Field(description="The version you are answering; 409 if it moved on.")
+    version: Version = Field(description="The version you are answering; 409 if it moved on.")
 
 
 class ContractRead(BaseModel):

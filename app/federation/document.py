@@ -18,6 +18,13 @@ from typing import Any
 import jsonschema
 import yaml
 
+from app.limits import (
+    MAX_JSON_OBJECT_BYTES,
+    MAX_NAME_CHARS,
+    control_character,
+    json_problem,
+    utc_range_problem,
+)
 from app.market.cost_models import CostModelError, build_cost_model
 from app.resources import federation_schema_path
 from app.tasks.catalogue import FragmentError, Upstream, validate_fragment
@@ -27,6 +34,12 @@ SCHEMA_PATH = federation_schema_path()  # in the checkout or inside the installe
 DEFAULT_TERM = timedelta(days=365)
 
 Path_ = tuple[str | int, ...]
+
+# A federation file is a few kB; these bounds refuse, before anything is built, a file that
+# would make the loader or the registry hold megabytes: a big file, or a small one whose YAML
+# aliases expand to a huge document (a 414-byte file of nested aliases made a 5.8 MB profile).
+MAX_FILE_CHARS = 1024 * 1024
+MAX_EXPANDED_NODES = 100_000
 
 
 class FederationFileError(ValueError):
@@ -171,9 +184,43 @@ def load_federation(path: str | Path) -> FederationDoc:
     return parse_federation(text, source=str(path))
 
 
+def _expanded_nodes(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """How many nodes the document has once every alias is expanded, computed on the composed
+    graph (an alias is the same node object again), so a bomb is counted without expanding."""
+    known = sizes.get(id(node))
+    if known is not None:
+        return known
+    sizes[id(node)] = MAX_EXPANDED_NODES + 1  # a cycle counts as too many
+    total = 1
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            total += _expanded_nodes(key_node, sizes) + _expanded_nodes(value_node, sizes)
+            if total > MAX_EXPANDED_NODES:
+                break
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            total += _expanded_nodes(item, sizes)
+            if total > MAX_EXPANDED_NODES:
+                break
+    sizes[id(node)] = total
+    return total
+
+
 def parse_federation(text: str, *, source: str = "<memory>") -> FederationDoc:
+    if len(text) > MAX_FILE_CHARS:
+        raise FederationFileError(
+            source, None, "(file)", f"is {len(text)} characters; at most {MAX_FILE_CHARS} allowed"
+        )
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is not None and _expanded_nodes(node, {}) > MAX_EXPANDED_NODES:
+            raise FederationFileError(
+                source,
+                None,
+                "(document)",
+                f"expands (through its YAML aliases) to more than {MAX_EXPANDED_NODES} values; "
+                "write the values out or drop the aliases",
+            )
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -186,8 +233,47 @@ def parse_federation(text: str, *, source: str = "<memory>") -> FederationDoc:
     where = _Locator(source, lines)
     if not isinstance(data, dict):
         raise where.error((), "a federation document must be a mapping at the top level")
+    _check_values(data, where)
     _check_schema(data, where)
     return _build(data, where, source)
+
+
+def _split_path(dotted: str) -> list[str | int]:
+    path: list[str | int] = []
+    for part in dotted.replace("]", "").replace("[", ".").split("."):
+        if part:
+            path.append(int(part) if part.isdigit() else part)
+    return path
+
+
+def _check_values(data: dict[str, Any], where: _Locator) -> None:
+    """Values no backend can store, anywhere in the document: ``.nan``, ``.inf`` or 1e309, a
+    NUL (YAML's ``"\\0"``), deep nesting; and control characters in any name."""
+    found = json_problem(data)
+    if found is not None:
+        dotted, what = found
+        raise where.error(_split_path(dotted), what)
+    stored = [("participants", "profile"), ("participants", "cost_model"), ("tasks", "params")]
+    for section, key in stored:
+        for i, raw in enumerate(data.get(section) or []):
+            value = raw.get(key) if isinstance(raw, dict) else None
+            size = len(json.dumps(value, separators=(",", ":"))) if value is not None else 0
+            if size > MAX_JSON_OBJECT_BYTES:
+                raise where.error(
+                    [section, i, key],
+                    f"is {size} bytes as JSON; at most {MAX_JSON_OBJECT_BYTES} are allowed",
+                )
+    named = [("participants", "name"), ("tasks", "name"), ("tasks", "owner"), ("tasks", "host")]
+    for section, key in named:
+        for i, raw in enumerate(data.get(section) or []):
+            value = raw.get(key) if isinstance(raw, dict) else None
+            if not isinstance(value, str):
+                continue
+            if len(value) > MAX_NAME_CHARS:
+                raise where.error([section, i, key], f"is longer than {MAX_NAME_CHARS} characters")
+            problem = control_character(value)
+            if problem is not None:
+                raise where.error([section, i, key], f"must not contain a {problem}")
 
 
 def _check_schema(data: dict[str, Any], where: _Locator) -> None:
@@ -209,11 +295,18 @@ def _check_schema(data: dict[str, Any], where: _Locator) -> None:
         raise where.error(path, err.message)
 
 
-def _parse_time(value: str | None) -> datetime | None:
+def _parse_time(value: str | None, where: _Locator, path: list[str | int]) -> datetime | None:
     if value is None:
         return None
-    parsed = datetime.fromisoformat(value)
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise where.error(path, f"not an ISO 8601 time: {exc}") from exc
+    parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    problem = utc_range_problem(parsed)
+    if problem is not None:
+        raise where.error(path, problem)
+    return parsed
 
 
 def _build(data: dict[str, Any], where: _Locator, source: str) -> FederationDoc:
@@ -266,7 +359,8 @@ def _build(data: dict[str, Any], where: _Locator, source: str) -> FederationDoc:
                 ["contracts", i, "price_max"],
                 f"price_max {raw['price_max']} is below price_min {raw['price_min']}",
             )
-        starts, ends = _parse_time(raw.get("starts_at")), _parse_time(raw.get("ends_at"))
+        starts = _parse_time(raw.get("starts_at"), where, ["contracts", i, "starts_at"])
+        ends = _parse_time(raw.get("ends_at"), where, ["contracts", i, "ends_at"])
         if starts and ends and ends <= starts:
             raise where.error(["contracts", i, "ends_at"], "ends_at must be after starts_at")
         avail = raw.get("availability")

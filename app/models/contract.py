@@ -14,6 +14,7 @@ from sqlalchemy import (
     Index,
     Integer,
     String,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -35,6 +36,13 @@ class Recovery(enum.StrEnum):
     precise = "precise"
 
 
+LIVE_SQL = "status IN ('proposed', 'countered', 'active')"
+
+
+def _ordered_party(low: str, high: str) -> str:
+    return f"\nCASE\n    WHEN proposer_id < partner_id THEN {low}\n    ELSE {high}\nEND"
+
+
 class Contract(Base):
     """A bilateral, price-bounded agreement: load moves between its parties at a price inside
     [price_min, price_max] per unit load per second."""
@@ -48,6 +56,19 @@ class Contract(Base):
         CheckConstraint("proposer_id <> partner_id", name="two_distinct_parties"),
         # Every contract list first expires live contracts past their term (migration 0007).
         Index("ix_contracts_status_ends_at", "status", "ends_at"),
+        # One live contract (proposed, countered or active) per unordered pair, held by the
+        # database as well as by the service's check, which two concurrent proposals can both
+        # pass. The pair is (lower id, higher id), computed with CASE, which both backends
+        # index; written as PostgreSQL prints it back (line breaks and all), so that ``alembic
+        # check`` finds the model and the database equal.
+        Index(
+            "uq_contracts_live_pair",
+            text(_ordered_party("proposer_id", "partner_id")),
+            text(_ordered_party("partner_id", "proposer_id")),
+            unique=True,
+            postgresql_where=text(LIVE_SQL),
+            sqlite_where=text(LIVE_SQL),
+        ),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

@@ -4,7 +4,7 @@ import enum
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Enum, Float, ForeignKey, Integer, false
+from sqlalchemy import JSON, Boolean, Enum, Float, ForeignKey, Index, Integer, false, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, UTCDateTime, utcnow
@@ -81,3 +81,15 @@ class Offer(Base):
     decided_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
     __mapper_args__ = {"version_id_col": version}
+
+    # One open offer per participant at a time (the service checks it too; concurrent
+    # offers can both pass the check, not this index).
+    __table_args__ = (
+        Index(
+            "uq_offers_one_open",
+            "from_id",
+            unique=True,
+            postgresql_where=text("status = 'open'"),
+            sqlite_where=text("status = 'open'"),
+        ),
+    )

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response, status
 
+from app.api_types import PathId
 from app.auth.dependencies import CurrentPrincipal, SessionDep
 from app.movements import repository, service
 from app.movements.schemas import MovementCommit, MovementCreate, MovementRead
@@ -46,20 +47,20 @@ def list_movements(
 
 
 @router.get("/{movement_id}", response_model=MovementRead, response_model_by_alias=True)
-def read_movement(movement_id: int, me: CurrentPrincipal, session: SessionDep) -> MovementRead:
+def read_movement(movement_id: PathId, me: CurrentPrincipal, session: SessionDep) -> MovementRead:
     """One movement: for its source, its target and admins (404 for anyone else)."""
     return service.to_read(session, [service.get_visible(session, me, movement_id)])[0]
 
 
 @router.post("/{movement_id}/commit", response_model=MovementRead, response_model_by_alias=True)
 def commit(
-    movement_id: int, body: MovementCommit, me: CurrentPrincipal, session: SessionDep
+    movement_id: PathId, body: MovementCommit, me: CurrentPrincipal, session: SessionDep
 ) -> MovementRead:
     """The new host has resumed the task: it becomes the host of record at ``epoch``."""
     return service.to_read(session, [service.commit(session, me, movement_id, body.epoch)])[0]
 
 
 @router.post("/{movement_id}/abort", response_model=MovementRead, response_model_by_alias=True)
-def abort(movement_id: int, me: CurrentPrincipal, session: SessionDep) -> MovementRead:
+def abort(movement_id: PathId, me: CurrentPrincipal, session: SessionDep) -> MovementRead:
     """Give up a prepared movement; the task stays with its current host."""
     return service.to_read(session, [service.abort(session, me, movement_id)])[0]

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response, status
 
+from app.api_types import PathName
 from app.auth.dependencies import CurrentPrincipal, SessionDep, SettingsDep
 from app.movements import replicas
 from app.movements.replica_schemas import ReplicaCreate, ReplicaRead, ReplicaStateUpdate
@@ -23,7 +24,7 @@ ReplicasPage = Annotated[PageRequest, Depends(page_request("replicas", int, int)
     status_code=status.HTTP_201_CREATED,
 )
 def place(
-    name: str, body: ReplicaCreate, me: CurrentPrincipal, session: SessionDep
+    name: PathName, body: ReplicaCreate, me: CurrentPrincipal, session: SessionDep
 ) -> list[ReplicaRead]:
     """Give a task k replicas in total, on partners whose contracts allow replica hosting
     (never two on one participant); each replica's load is paid like hosted load."""
@@ -56,7 +57,7 @@ def list_replicas(
 
 @router.put("/v1/replicas/{task}/state", response_model=ReplicaRead)
 def report_state(
-    task: str, body: ReplicaStateUpdate, me: CurrentPrincipal, session: SessionDep
+    task: PathName, body: ReplicaStateUpdate, me: CurrentPrincipal, session: SessionDep
 ) -> ReplicaRead:
     """The hosting agent reports its replica's DPC state (STABLE, UP_FAILURE, STABILIZATION)."""
     replica = replicas.report_state(session, me, task, body.state, body.epoch)

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, Strict
 
+from app.api_types import Count
 from app.models.replica import ReplicaTechnique
 
 
 class ReplicaCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    k: int = Field(ge=1, le=8, description="How many replicas the task should have in total.")
+    k: Annotated[int, Strict()] = Field(
+        ge=1, le=8, description="How many replicas the task should have in total."
+    )
     technique: ReplicaTechnique = ReplicaTechnique.active_standby
 
 
@@ -21,9 +24,8 @@ class ReplicaStateUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     state: Literal["STABLE", "UP_FAILURE", "STABILIZATION"]
-    epoch: int | None = Field(
+    epoch: Count | None = Field(
         default=None,
-        ge=0,
         description="The replica epoch the reporting host holds; an older one is refused (409).",
     )
 

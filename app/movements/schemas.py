@@ -4,6 +4,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.api_types import Count, NameRef
 from app.models import MovementReason, MovementStatus
 
 
@@ -12,15 +13,15 @@ class MovementCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    task: str
-    to: str = Field(description="The participant that will host the task.")
+    task: NameRef
+    to: NameRef = Field(description="The participant that will host the task.")
     reason: MovementReason
 
 
 class MovementCommit(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    epoch: int = Field(description="The lease epoch returned by prepare; fences stale commits.")
+    epoch: Count = Field(description="The lease epoch returned by prepare; fences stale commits.")
 
 
 class MovementRead(BaseModel):

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response, status
 
+from app.api_types import PathId
 from app.auth.dependencies import CurrentPrincipal, SessionDep
 from app.models import OfferStatus
 from app.offers import service
@@ -44,13 +45,13 @@ def list_offers(
 
 
 @router.get("/{offer_id}", response_model=OfferRead, response_model_by_alias=True)
-def read(offer_id: int, me: CurrentPrincipal, session: SessionDep) -> OfferRead:
+def read(offer_id: PathId, me: CurrentPrincipal, session: SessionDep) -> OfferRead:
     return _one(session, service.get_visible(session, me, offer_id))
 
 
 @router.post("/{offer_id}/accept", response_model=OfferRead, response_model_by_alias=True)
 def accept(
-    offer_id: int, body: OfferAccept, me: CurrentPrincipal, session: SessionDep
+    offer_id: PathId, body: OfferAccept, me: CurrentPrincipal, session: SessionDep
 ) -> OfferRead:
     """Take all the offered tasks, or the subset named in ``tasks``; prepares their movements.
 
@@ -72,13 +73,13 @@ def accept(
 
 @router.post("/{offer_id}/reject", response_model=OfferRead, response_model_by_alias=True)
 def reject(
-    offer_id: int, body: OfferDecision, me: CurrentPrincipal, session: SessionDep
+    offer_id: PathId, body: OfferDecision, me: CurrentPrincipal, session: SessionDep
 ) -> OfferRead:
     return _one(session, service.reject(session, me, offer_id, body.version))
 
 
 @router.post("/{offer_id}/withdraw", response_model=OfferRead, response_model_by_alias=True)
 def withdraw(
-    offer_id: int, body: OfferDecision, me: CurrentPrincipal, session: SessionDep
+    offer_id: PathId, body: OfferDecision, me: CurrentPrincipal, session: SessionDep
 ) -> OfferRead:
     return _one(session, service.withdraw(session, me, offer_id, body.version))

@@ -4,29 +4,35 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.api_types import NameRef, NonNegative, Positive, RowId, Version
+from app.limits import MAX_LIST_ITEMS
 from app.models import OfferStatus
 
 
 class OfferCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    contract_id: int = Field(description="The active contract the load moves under.")
-    tasks: list[str] = Field(
-        default_factory=list, description="Tasks you host and will pay to shed."
-    )
-    replicas: list[str] = Field(
+    contract_id: RowId = Field(description="The active contract the load moves under.")
+    tasks: list[NameRef] = Field(
         default_factory=list,
+        max_length=MAX_LIST_ITEMS,
+        description="Tasks you host and will pay to shed.",
+    )
+    replicas: list[NameRef] = Field(
+        default_factory=list,
+        max_length=MAX_LIST_ITEMS,
         description=(
             "Tasks whose replica you host and will pay to shed, like load; only over a contract "
             "that allows replica hosting, never to a participant hosting a copy already."
         ),
     )
-    price: float = Field(gt=0, description="Price per unit load per second, inside the range.")
-    loads: dict[str, float] | None = Field(
+    price: Positive = Field(description="Price per unit load per second, inside the range.")
+    loads: dict[NameRef, NonNegative] | None = Field(
         default=None,
+        max_length=MAX_LIST_ITEMS,
         description="Each task's load as the offerer measures it; default its declared load.",
     )
-    relay_for: int | None = Field(
+    relay_for: RowId | None = Field(
         default=None,
         description=(
             "An open offer addressed to you that this one makes room for (a chained move: you "
@@ -34,10 +40,8 @@ class OfferCreate(BaseModel):
             "six relays in a chain, never back to a participant already giving in it."
         ),
     )
-    reservation_price: float | None = Field(
+    reservation_price: NonNegative | None = Field(
         default=None,
-        ge=0,
-        allow_inf_nan=False,
         description=(
             "The most you would pay per unit load per second for the offered tasks: your "
             "marginal cost of shedding them less the hysteresis band "
@@ -52,21 +56,21 @@ class OfferCreate(BaseModel):
 class OfferAccept(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    version: int
-    tasks: list[str] | None = Field(
+    version: Version
+    tasks: list[NameRef] | None = Field(
         default=None,
+        max_length=MAX_LIST_ITEMS,
         description="The subset you take (partial acceptance); default all, or none of them "
         "when only ``replicas`` is given.",
     )
-    replicas: list[str] | None = Field(
+    replicas: list[NameRef] | None = Field(
         default=None,
+        max_length=MAX_LIST_ITEMS,
         description="The offered replicas you take; default all, or none of them when only "
         "``tasks`` is given.",
     )
-    reservation_price: float | None = Field(
+    reservation_price: NonNegative | None = Field(
         default=None,
-        ge=0,
-        allow_inf_nan=False,
         description=(
             "The least you would take per unit load per second for the tasks you accept: your "
             "marginal cost of taking them plus the hysteresis band "
@@ -82,7 +86,7 @@ class OfferAccept(BaseModel):
 class OfferDecision(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    version: int
+    version: Version
 
 
 class OfferRead(BaseModel):

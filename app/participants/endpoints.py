@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response, status
 
+from app.api_types import PathName
 from app.auth.dependencies import (
     AdminPrincipal,
     CurrentParticipant,
@@ -110,7 +111,7 @@ def list_participants(
 
 @router.get("/{name}", response_model=ParticipantRead)
 def read_participant(
-    name: str, _: AdminPrincipal, session: SessionDep, settings: SettingsDep
+    name: PathName, _: AdminPrincipal, session: SessionDep, settings: SettingsDep
 ) -> ParticipantRead:
     """One participant in full, with its current liveness (admin only)."""
     participant = service.get_participant(session, name)
@@ -125,7 +126,7 @@ def read_participant(
 
 @router.get("/{name}/endpoint", response_model=ParticipantEndpoint)
 def read_endpoint(
-    name: str, me: CurrentPrincipal, session: SessionDep, settings: SettingsDep
+    name: PathName, me: CurrentPrincipal, session: SessionDep, settings: SettingsDep
 ) -> ParticipantEndpoint:
     """Where ``name``'s agent serves its streams, and whether it is alive. For admins, ``name``
     itself, and participants that work with it: an active contract, a task one owns and the
@@ -145,7 +146,7 @@ def read_endpoint(
 
 @router.patch("/{name}", response_model=ParticipantRead)
 def update_status(
-    name: str, body: ParticipantStatusUpdate, admin: AdminPrincipal, session: SessionDep
+    name: PathName, body: ParticipantStatusUpdate, admin: AdminPrincipal, session: SessionDep
 ) -> ParticipantRead:
     """Suspend or reinstate a participant (admin only); audited."""
     return ParticipantRead.model_validate(

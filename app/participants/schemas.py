@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.api_types import JsonObject, NonNegative, Positive, ShortText
 from app.models import ParticipantStatus
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -16,9 +17,9 @@ class ParticipantCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=NAME_PATTERN, description="Unique; letters, digits, '_', '.', '-'.")
-    capacity: float = Field(gt=0, description="Capacity in load units (1 unit = 1% of a CPU).")
-    profile: dict[str, Any] = Field(default_factory=dict, description="Public profile.")
-    cost_model: dict[str, Any] | None = Field(
+    capacity: Positive = Field(description="Capacity in load units (1 unit = 1% of a CPU).")
+    profile: JsonObject = Field(default_factory=dict, description="Public profile.")
+    cost_model: JsonObject | None = Field(
         default=None, description="Private cost model, e.g. {'kind': 'mm1'}; default mm1."
     )
 
@@ -68,10 +69,10 @@ class Heartbeat(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    endpoint: str | None = Field(default=None, max_length=255, description="e.g. grpc://host:port")
-    load: float | None = Field(default=None, ge=0, description="Current load in load units.")
-    marginal_cost: float | None = Field(default=None, ge=0)
-    threshold: float | None = Field(default=None, ge=0)
+    endpoint: ShortText | None = Field(default=None, description="e.g. grpc://host:port")
+    load: NonNegative | None = Field(default=None, description="Current load in load units.")
+    marginal_cost: NonNegative | None = None
+    threshold: NonNegative | None = None
     node_state: Literal["STABLE", "UP_FAILURE", "STABILIZATION"] | None = None
 
 

@@ -13,13 +13,14 @@ from fastapi import APIRouter, Depends, Path, Request, Response
 
 from app.auth.dependencies import AdminPrincipal, CurrentPrincipal, SessionDep, SettingsDep
 from app.db.base import utcnow
+from app.limits import NO_CONTROL
 from app.pagination import PageRequest, page_request, paginate
 from app.permits import service
 from app.permits.schemas import PermitAsk, PermitDecision, PermitRead
 
 router = APIRouter(prefix="/v1/permits", tags=["availability"])
 
-Fragment = Annotated[str, Path(min_length=1, max_length=service.MAX_NAME)]
+Fragment = Annotated[str, Path(min_length=1, max_length=service.MAX_NAME, pattern=NO_CONTROL)]
 PermitsPage = Annotated[PageRequest, Depends(page_request("permits", str))]
 
 

@@ -6,13 +6,13 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.api_types import NameRef
+
 
 class PermitAsk(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    replica: str = Field(
-        min_length=1,
-        max_length=128,
+    replica: NameRef = Field(
         description="The replica (node name) that asks for or gives back the permit.",
     )
 

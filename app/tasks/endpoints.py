@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request, Response, status
 from pydantic import BaseModel
 
+from app.api_types import PathName
 from app.auth.dependencies import CurrentPrincipal, SessionDep
 from app.etags import NOT_MODIFIED, conditional
 from app.movements import repository as movements
@@ -41,7 +42,7 @@ def list_tasks(
 
 @router.get("/{name}", response_model=TaskRead, responses=NOT_MODIFIED)
 def read_task(
-    name: str, me: CurrentPrincipal, session: SessionDep, request: Request, response: Response
+    name: PathName, me: CurrentPrincipal, session: SessionDep, request: Request, response: Response
 ) -> BaseModel | Response:
     """One task, with an ``ETag``; ``If-None-Match`` with it answers 304 while unchanged."""
     task = service.to_read(session, [service.get_readable(session, me, name)])[0]
@@ -49,14 +50,16 @@ def read_task(
 
 
 @router.patch("/{name}", response_model=TaskRead)
-def update_task(name: str, body: TaskUpdate, me: CurrentPrincipal, session: SessionDep) -> TaskRead:
+def update_task(
+    name: PathName, body: TaskUpdate, me: CurrentPrincipal, session: SessionDep
+) -> TaskRead:
     """Change the declared ``load`` (the owner or an admin) and/or ``pinned`` (an admin: the
     market leaves a pinned task where it is); audited. A task you cannot see is 404."""
     return service.to_read(session, [service.update(session, me, name, body)])[0]
 
 
 @router.get("/{name}/lease", response_model=LeaseRead)
-def read_lease(name: str, me: CurrentPrincipal, session: SessionDep) -> LeaseRead:
+def read_lease(name: PathName, me: CurrentPrincipal, session: SessionDep) -> LeaseRead:
     """Who hosts the task and at which epoch; a host whose epoch is older must stop writing."""
     task = service.get_visible(session, me, name)
     host = participants.names_by_id(session, [task.host_id])[task.host_id]

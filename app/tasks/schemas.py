@@ -5,6 +5,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from app.api_types import JsonObject, NameRef, NonNegative
+from app.limits import MAX_LIST_ITEMS
 from app.participants.schemas import NAME_PATTERN
 
 
@@ -13,7 +15,7 @@ class TaskInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    task: str = Field(description="The name of the task whose output this one reads.")
+    task: NameRef = Field(description="The name of the task whose output this one reads.")
 
 
 class TaskInputRead(TaskInput):
@@ -27,17 +29,19 @@ class TaskCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=NAME_PATTERN)
-    load: float = Field(ge=0, description="Declared load in load units.")
-    fragment: str | None = Field(
+    load: NonNegative = Field(description="Declared load in load units.")
+    fragment: NameRef | None = Field(
         default=None,
         description="A fragment kind of the catalogue (e.g. 'generator', "
         "'connections_per_source'); absent: a declared load, nothing runs.",
     )
-    params: dict[str, Any] = Field(
+    params: JsonObject = Field(
         default_factory=dict, description="The fragment's parameters; defaults fill the rest."
     )
     inputs: list[TaskInput] = Field(
-        default_factory=list, description="Tasks of yours whose output streams it reads."
+        default_factory=list,
+        max_length=MAX_LIST_ITEMS,
+        description="Tasks of yours whose output streams it reads.",
     )
 
 
@@ -46,7 +50,7 @@ class TaskUpdate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    load: float | None = Field(default=None, ge=0, description="New declared load.")
+    load: NonNegative | None = Field(default=None, description="New declared load.")
     pinned: bool | None = Field(default=None, description="Admin only: keep it where it is.")
 
     @model_validator(mode="after")
