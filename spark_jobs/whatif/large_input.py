@@ -33,8 +33,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from app.federation.document import FederationDoc
+from app.federation.document import FederationDoc, FederationFileError, load_federation
 from app.market.rounds import LargeFederation
+from spark_jobs.whatif.sweep_file import LargeSweep
 
 DEFAULT_HYSTERESIS = 0.005
 TABLES = ("participants", "contracts", "tasks")
@@ -245,3 +246,26 @@ def write_tables(inp: LargeInput, directory: Path) -> None:
         ),
         directory / "tasks.parquet",
     )
+
+
+def load_large_input(path: Path, *, max_rounds: int = 200) -> tuple[LargeSweep, LargeInput]:
+    """``fedload whatif --large PATH``: a directory of Parquet tables or a federation file, with
+    the run's description (the generator's parameters do not apply and keep their defaults)."""
+    if path.is_dir():
+        inp = read_tables(path)
+    else:
+        try:
+            doc = load_federation(path)
+        except FederationFileError as exc:
+            raise LargeInputError(str(path), "(file)", str(exc)) from exc
+        inp = from_federation(doc)
+    size = inp.fed.size
+    spec = LargeSweep(
+        name=f"large-{path.stem}",
+        description=f"{size:,} participants read from {path}, simulated in rounds on Spark.",
+        participants=size,
+        contracts_per_participant=round(2 * inp.fed.edge_a.size / size),
+        max_rounds=max_rounds,
+        source=str(path),
+    )
+    return spec, inp
