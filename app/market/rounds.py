@@ -28,7 +28,16 @@ Model (stated here once; both implementations follow it to the float operation):
   while its own load stays within F_j at that offer's price (partial acceptance). Because F_j falls
   with the price, the accepted total after the k-th offer is max(0, max over l <= k of
   min(offered up to l, F_j(p_l - delta) - n_j)), a running maximum, which is what lets Spark
-  compute acceptance with window functions. (5) Loads move; the next round starts.
+  compute acceptance with window functions. (5) Chained moves: a participant above its
+  threshold that made no direct offer (every partner full or itself giving) offers along its
+  shortest chain of contracts to a participant with room below its threshold price and not
+  giving (``route_to_room``, breadth-first). One price inside the intersection of the chain's
+  ranges is paid on every leg, so each relay is paid exactly what it pays on and its load does
+  not change (the Borealis poster's demonstration, step 4: "Load flows from node B to C and
+  C to D", seeds/borealis-load-management-ha-poster.txt; DESIGN.md "Load can travel over several
+  hops"). The chained offer is priced and accepted by the same rules as a direct one, at the
+  chain's end, and competes with direct offers for that taker's room. (6) Loads move; the next
+  round starts.
 - Threshold T_i: the largest integer load whose unit cost is at most p*_i + delta, where p*_i is
   the mean midpoint of i's contracts (a participant without contracts: the largest load below its
   capacity). Acceptable: the one rule of ``app.market.acceptability`` with unit tasks, which on
@@ -42,8 +51,15 @@ Model (stated here once; both implementations follow it to the float operation):
 - Individual rationality holds per unit: a giver pays p only for units saving more than p + delta,
   a taker is paid p only for units costing less than p - delta.
 
-Known simplification: payments are reported as the price-weighted volume of each round's moves
-(units x price, per second of hosting), not accrued over time as the per-task simulator does.
+Payments: each round reports the price-weighted volume of its moves (units x price, per second
+of hosting; a chain's legs net out at the relays, so the volume is what the first giver pays
+and the last taker receives). Units never move back in this model, so a round's volume is paid
+from its round to the end of the run, which is how the what-if totals it.
+
+Why chains (``bench/whatif/README.md``, "Few contracts suffice"): without them a sparse
+federation (2-3 contracts each) stalls when a heavily loaded participant's partners fill up to
+their fill level while participants a few contracts away still have room; at a fixed price no
+partner can pass load on at a profit, so nothing moves although the federation is underloaded.
 """
 
 from __future__ import annotations
@@ -518,9 +534,10 @@ def water_filling_bound(fed: LargeFederation, *, iterations: int = 200) -> float
 def bounded_price_bound(fed: LargeFederation, *, iterations: int = 200) -> float:
     """A lower bound on the total cost any run of the mechanism can reach from ``fed.load``.
 
-    Every move is individually rational at a price inside a contract's range (NSDI 2004, §4:
-    a giver sheds only while its marginal cost exceeds p + delta, a taker takes only while its
-    own stays below p - delta). So participant i never sheds below K_i(p_floor + delta), p_floor
+    Every move is individually rational at a price inside a contract's range (the Borealis
+    poster's rule, "task t moves from A to B if unit MC task t > p at A and < p at B", with the
+    band delta on both sides; contracts "fix or tightly bound price per unit-load", [p, p + e]).
+    So participant i never sheds below K_i(p_floor + delta), p_floor
     the lowest price_min of its contracts, nor fills past F_i(p_ceiling - delta), p_ceiling the
     highest price_max: its final load lies in [min(L_i, K_i), max(L_i, F_i)]. The best split of
     the total load inside those boxes (water-filling with bounds, equal marginal costs where

@@ -253,8 +253,9 @@ def test_an_unacceptable_large_state_says_why_over_the_contract_graph():
 def test_three_contracts_and_a_ten_percent_range_suffice_when_underloaded(
     n, skew, spread, util, seed
 ):
-    # The Borealis claim (NSDI 2004, §6: "a small number of contracts and small price-ranges
-    # suffice"): any connected federation with 3 contracts each, underloaded, ends acceptable.
+    # The Borealis claim (seeds/borealis-load-management-ha-poster.txt, "Experimental result: A
+    # small number of contracts and small price-ranges suffice to achieve acceptable
+    # allocation"): a connected federation with 3 contracts each, underloaded, ends acceptable.
     fed = generate_large(
         participants=n,
         contracts_per_participant=3,
