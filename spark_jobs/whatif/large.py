@@ -379,12 +379,16 @@ def run_rounds(
     # Each round's state is cut loose from its lineage, or the plan would grow with every round.
     state = initial_state(tables, edges).localCheckpoint(eager=True)
     start = state_figures(state)
+    above = start.above
     result = LargeRunResult([], [], start.cost, start.acceptable, state)
     if record_loads:
         result.loads.append(_loads(state))
     for r in range(1, max_rounds + 1):
         began = time.perf_counter()
-        moves = plan_round(state, edges, tables.hysteresis, relays=relays).localCheckpoint(
+        # Only a participant above its threshold offers along a chain: with none (the previous
+        # round's count), the relay search and its jobs are skipped.
+        chains = relays and above > 0
+        moves = plan_round(state, edges, tables.hysteresis, relays=chains).localCheckpoint(
             eager=True
         )
         moved = F.col("accepted") > 0
@@ -400,6 +404,7 @@ def run_rounds(
             break
         state = apply_round(state, moves).localCheckpoint(eager=True)
         figures = state_figures(state)
+        above = figures.above
         seconds = time.perf_counter() - began
         record = RoundRecord(
             round=r,

@@ -108,7 +108,7 @@ def spark_failures() -> Iterator[None]:
     try:
         yield
     except Py4JJavaError as exc:
-        raise SparkRunError(f"a Spark job failed: {_first_line(exc.java_exception)}") from exc
+        raise SparkRunError(f"Spark failed: {_first_line(exc.java_exception)}") from exc
     except (Py4JNetworkError, ConnectionError) as exc:
         raise SparkRunError(
             "the Spark driver (JVM) died during the run, usually out of memory; give it more "
