@@ -131,9 +131,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("var/bench/large"))
     parser.add_argument("extra", nargs="*", help="more fedload whatif options, after --")
     args = parser.parse_args()
-    rows = [run(size, args.k, args.max_rounds, args.out, args.extra) for size in args.sizes]
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(rows, indent=1))
+    rows = []
+    for size in args.sizes:
+        rows.append(run(size, args.k, args.max_rounds, args.out, args.extra))
+        # Written after every size: the largest can take long on a shared machine.
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(json.dumps(rows, indent=1))
+        print(json.dumps({k: v for k, v in rows[-1].items() if k != "seconds_per_round"}))
     print(
         "| participants | exit | rounds | s/round median (first, last) | wall s "
         "| peak JVM MiB | peak Python MiB | load avg before -> after |"
