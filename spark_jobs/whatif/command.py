@@ -194,7 +194,7 @@ def _run_large(
     spark_conf: list[str],
     inp: LargeInput | None = None,
 ) -> None:
-    from app.market.rounds import LargeFederationError
+    from app.market.rounds import LargeFederationError, generate_large
     from spark_jobs.whatif import job
     from spark_jobs.whatif.large_session import (
         SparkConfError,
@@ -213,6 +213,17 @@ def _run_large(
     contracts = spec.participants * spec.contracts_per_participant // 2
     given: dict[str, Any] = {} if inp is None else {"fed": inp.fed, "names": inp.names}
     try:
+        if inp is None:
+            # Generated before Spark starts, so bad options are refused without a JVM.
+            given["fed"] = generate_large(
+                participants=spec.participants,
+                contracts_per_participant=spec.contracts_per_participant,
+                price_range_width=spec.price_range_width,
+                load_skew=spec.load_skew,
+                capacity_spread=spec.capacity_spread,
+                utilisation=spec.utilisation,
+                seed=spec.seed,
+            )
         with (
             whatif_session(
                 master,
