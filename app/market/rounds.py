@@ -28,7 +28,16 @@ Model (stated here once; both implementations follow it to the float operation):
   while its own load stays within F_j at that offer's price (partial acceptance). Because F_j falls
   with the price, the accepted total after the k-th offer is max(0, max over l <= k of
   min(offered up to l, F_j(p_l - delta) - n_j)), a running maximum, which is what lets Spark
-  compute acceptance with window functions. (5) Loads move; the next round starts.
+  compute acceptance with window functions. (5) Chained moves: a participant above its
+  threshold that made no direct offer (every partner full or itself giving) offers along its
+  shortest chain of contracts to a participant with room below its threshold price and not
+  giving (``route_to_room``, breadth-first). One price inside the intersection of the chain's
+  ranges is paid on every leg, so each relay is paid exactly what it pays on and its load does
+  not change (the Borealis poster's demonstration, step 4: "Load flows from node B to C and
+  C to D", seeds/borealis-load-management-ha-poster.txt; DESIGN.md "Load can travel over several
+  hops"). The chained offer is priced and accepted by the same rules as a direct one, at the
+  chain's end, and competes with direct offers for that taker's room. (6) Loads move; the next
+  round starts.
 - Threshold T_i: the largest integer load whose unit cost is at most p*_i + delta, where p*_i is
   the mean midpoint of i's contracts (a participant without contracts: the largest load below its
   capacity). Acceptable: the one rule of ``app.market.acceptability`` with unit tasks, which on
@@ -42,8 +51,15 @@ Model (stated here once; both implementations follow it to the float operation):
 - Individual rationality holds per unit: a giver pays p only for units saving more than p + delta,
   a taker is paid p only for units costing less than p - delta.
 
-Known simplification: payments are reported as the price-weighted volume of each round's moves
-(units x price, per second of hosting), not accrued over time as the per-task simulator does.
+Payments: each round reports the price-weighted volume of its moves (units x price, per second
+of hosting; a chain's legs net out at the relays, so the volume is what the first giver pays
+and the last taker receives). Units never move back in this model, so a round's volume is paid
+from its round to the end of the run, which is how the what-if totals it.
+
+Why chains (``bench/whatif/README.md``, "Few contracts suffice"): without them a sparse
+federation (2-3 contracts each) stalls when a heavily loaded participant's partners fill up to
+their fill level while participants a few contracts away still have room; at a fixed price no
+partner can pass load on at a profit, so nothing moves although the federation is underloaded.
 """
 
 from __future__ import annotations
@@ -112,6 +128,8 @@ class RoundRecord:
     cost: float
     above_threshold: int
     acceptable: bool
+    # Moves whose chain passed through at least one relay.
+    relayed: int = 0
 
 
 @dataclass(frozen=True)
@@ -255,10 +273,104 @@ class RoundMoves:
     price: FloatArray
     offered: IntArray
     accepted: IntArray
+    # Contracts on the way: 1 for a direct move, more for a chain through relays.
+    hops: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
-def plan_round(fed: LargeFederation, load: IntArray) -> RoundMoves:
-    """Offers and acceptances of one round from the loads at its start."""
+@dataclass(frozen=True)
+class Routes:
+    """Each participant's shortest chain to a participant with room (``dist`` -1: none found).
+
+    ``end`` is where the chain ends, ``low``/``high`` the intersection of the price ranges of the
+    contracts on it: one price inside it is paid on every leg, so each relay is paid exactly what
+    it pays on and its own load does not change (the paper's chained moves, A to B to C, with
+    prices that never rise along the chain).
+    """
+
+    dist: IntArray
+    end: IntArray
+    low: FloatArray
+    high: FloatArray
+
+
+def room_price(fed: LargeFederation) -> FloatArray:
+    """The price at which a participant's room is judged as a chain's end: its threshold price."""
+    return threshold_prices(fed)
+
+
+def route_to_room(
+    fed: LargeFederation, has_room: npt.NDArray[np.bool_], wanted: npt.NDArray[np.bool_]
+) -> Routes:
+    """Breadth-first labels from every participant with room outwards over the contracts.
+
+    Level d labels every unlabelled participant v with a contract to a participant w labelled at
+    level d - 1 whose chain's price range still intersects the contract's; among several, the
+    smallest (end, w). It stops as soon as every ``wanted`` participant is labelled (or nothing
+    new is reached), so the work is the distance to the nearest room, not the graph's diameter.
+    The Spark job (``spark_jobs.whatif.large.route_to_room``) labels with the same rule.
+    """
+    giver, taker, pmin, pmax = fed.directed()
+    n = fed.size
+    dist = np.full(n, -1, np.int64)
+    end = np.full(n, -1, np.int64)
+    low = np.full(n, -np.inf)
+    high = np.full(n, np.inf)
+    seeds = np.flatnonzero(has_room)
+    dist[seeds], end[seeds] = 0, seeds
+    frontier = has_room.copy()
+    level = 0
+    while frontier.any() and ((dist < 0) & wanted).any():
+        level += 1
+        e = np.flatnonzero(frontier[taker] & (dist[giver] < 0))
+        w = taker[e]
+        new_low = np.maximum(low[w], pmin[e])
+        new_high = np.minimum(high[w], pmax[e])
+        ok = new_low <= new_high
+        e, w, new_low, new_high = e[ok], w[ok], new_low[ok], new_high[ok]
+        v = giver[e]
+        order = np.lexsort((w, end[w], v))
+        first = np.ones(order.size, dtype=bool)
+        first[1:] = v[order][1:] != v[order][:-1]
+        pick = order[first]
+        frontier = np.zeros(n, dtype=bool)
+        frontier[v[pick]] = True
+        dist[v[pick]] = level
+        end[v[pick]] = end[w[pick]]
+        low[v[pick]] = new_low[pick]
+        high[v[pick]] = new_high[pick]
+    return Routes(dist, end, low, high)
+
+
+def _accept(
+    giver: IntArray, taker: IntArray, price: FloatArray, offer: IntArray, room: IntArray
+) -> IntArray:
+    """Each taker accepts its offers highest price first (ties: lowest giver id), each while its
+    load stays within its fill level at that offer's price; the rows must come sorted that way.
+    """
+    start = np.ones(taker.size, dtype=bool)
+    start[1:] = taker[1:] != taker[:-1]
+    group = np.cumsum(start) - 1
+    cum = np.cumsum(offer)
+    cum_before_group = (cum - offer)[start][group]
+    offered_so_far = cum - cum_before_group
+    capped = np.minimum(offered_so_far, room)
+    # Running maximum within each taker's group: shift groups apart so one global pass works.
+    spread = int(np.abs(capped).max()) * 2 + 2
+    shifted = capped + group * spread
+    running = np.maximum.accumulate(shifted) - group * spread
+    accepted_total = np.maximum(running, 0)
+    previous = np.where(start, 0, np.concatenate([[0], accepted_total[:-1]]))
+    return accepted_total - previous
+
+
+def plan_round(fed: LargeFederation, load: IntArray, *, relays: bool = True) -> RoundMoves:
+    """Offers and acceptances of one round from the loads at its start.
+
+    Direct offers first; then every participant still above its threshold without a direct
+    offer (all its partners are full or giving) offers along its shortest chain of relays to a
+    participant with room (``route_to_room``), priced by the same negotiation over the chain's
+    price range. Both kinds of offer compete for a taker's room in price order.
+    """
     giver, taker, pmin, pmax = fed.directed()
     cap, scale, delta = fed.capacity, fed.scale, fed.hysteresis
     n_g = load[giver].astype(np.float64)
@@ -276,36 +388,65 @@ def plan_round(fed: LargeFederation, load: IntArray) -> RoundMoves:
     is_giver = np.zeros(fed.size, dtype=bool)
     is_giver[giver[candidate]] = True
     live = np.flatnonzero(candidate & ~is_giver[taker])
-    empty_i, empty_f = np.zeros(0, np.int64), np.zeros(0, np.float64)
-    if live.size == 0:
-        return RoundMoves(empty_i, empty_i, empty_f, empty_i, empty_i)
 
     # Each giver's cheapest live contract (ties: lowest partner id).
     order = live[np.lexsort((taker[live], price[live], giver[live]))]
     first = np.ones(order.size, dtype=bool)
     first[1:] = giver[order][1:] != giver[order][:-1]
     chosen = order[first]
-
+    rows = [
+        (giver[chosen], taker[chosen], price[chosen], offer[chosen], room[chosen], 1 + 0 * chosen)
+    ]
+    if relays:
+        rows.append(_relay_offers(fed, load, is_giver, giver[chosen]))
+    g_all, t_all, p_all, o_all, r_all, h_all = (np.concatenate(c) for c in zip(*rows, strict=True))
+    empty_i, empty_f = np.zeros(0, np.int64), np.zeros(0, np.float64)
+    if g_all.size == 0:
+        return RoundMoves(empty_i, empty_i, empty_f, empty_i, empty_i, empty_i)
     # Each taker's offers, highest price first (ties: lowest giver id).
-    by_taker = chosen[np.lexsort((giver[chosen], -price[chosen], taker[chosen]))]
-    t = taker[by_taker]
-    offered = offer[by_taker]
-    limit = room[by_taker]
-    start = np.ones(t.size, dtype=bool)
-    start[1:] = t[1:] != t[:-1]
-    group = np.cumsum(start) - 1
-    cum = np.cumsum(offered)
-    cum_before_group = (cum - offered)[start][group]
-    offered_so_far = cum - cum_before_group
-    capped = np.minimum(offered_so_far, limit)
-    # Running maximum within each taker's group: shift groups apart so one global pass works.
-    spread = int(np.abs(capped).max()) * 2 + 2
-    shifted = capped + group * spread
-    running = np.maximum.accumulate(shifted) - group * spread
-    accepted_total = np.maximum(running, 0)
-    previous = np.where(start, 0, np.concatenate([[0], accepted_total[:-1]]))
-    accepted = accepted_total - previous
-    return RoundMoves(giver[by_taker], t, price[by_taker], offered, accepted)
+    by_taker = np.lexsort((g_all, -p_all, t_all))
+    accepted = _accept(
+        g_all[by_taker], t_all[by_taker], p_all[by_taker], o_all[by_taker], r_all[by_taker]
+    )
+    return RoundMoves(
+        g_all[by_taker],
+        t_all[by_taker],
+        p_all[by_taker],
+        o_all[by_taker],
+        accepted,
+        h_all[by_taker].astype(np.int64),
+    )
+
+
+def _relay_offers(
+    fed: LargeFederation, load: IntArray, is_giver: npt.NDArray[np.bool_], direct: IntArray
+) -> tuple[IntArray, IntArray, FloatArray, IntArray, IntArray, IntArray]:
+    """Chained offers of the participants above threshold that made no direct offer."""
+    cap, scale, delta = fed.capacity, fed.scale, fed.hysteresis
+    threshold = thresholds(fed)
+    p_room = room_price(fed)
+    has_contract = ~np.isnan(p_room)
+    fill_own = fill_level(cap, scale, np.where(has_contract, p_room, 0.0) - delta)
+    has_room = has_contract & (load < fill_own) & ~is_giver
+    stuck = has_contract & (load > threshold)
+    stuck[direct] = False
+    empty_i, empty_f = np.zeros(0, np.int64), np.zeros(0, np.float64)
+    if not stuck.any() or not has_room.any():
+        return empty_i, empty_i, empty_f, empty_i, empty_i, empty_i
+    routes = route_to_room(fed, has_room, stuck)
+    g = np.flatnonzero(stuck & (routes.dist >= 1))
+    t = routes.end[g]
+    out_g = unit_cost(cap[g], scale[g], load[g].astype(np.float64))
+    in_t = unit_cost(cap[t], scale[t], load[t].astype(np.float64) + 1.0)
+    negotiated = protocol.negotiated_prices(
+        out_g - delta, in_t + delta, routes.low[g], routes.high[g]
+    )
+    deal = ~np.isnan(negotiated)
+    price = np.where(deal, negotiated, 1.0)  # 1.0 only keeps the arithmetic finite: no offer
+    offer = load[g] - np.minimum(keep_level(cap[g], scale[g], price + delta), load[g])
+    room = fill_level(cap[t], scale[t], price - delta) - load[t]
+    ok = deal & (offer >= 1) & (room >= 1)
+    return g[ok], t[ok], price[ok], offer[ok], room[ok], routes.dist[g[ok]]
 
 
 def apply_moves(load: IntArray, moves: RoundMoves, size: int) -> IntArray:
@@ -315,7 +456,11 @@ def apply_moves(load: IntArray, moves: RoundMoves, size: int) -> IntArray:
 
 
 def run_rounds(
-    fed: LargeFederation, *, max_rounds: int = 200, record_loads: bool = False
+    fed: LargeFederation,
+    *,
+    max_rounds: int = 200,
+    record_loads: bool = False,
+    relays: bool = True,
 ) -> RoundsResult:
     """Run rounds until no offer is made (a fixed point) or ``max_rounds``."""
     threshold = thresholds(fed)
@@ -325,7 +470,7 @@ def run_rounds(
     initial_cost = float(mm1_cost(fed.capacity, fed.scale, load.astype(np.float64)).sum())
     initial_ok = is_acceptable(load, threshold)
     for r in range(1, max_rounds + 1):
-        moves = plan_round(fed, load)
+        moves = plan_round(fed, load, relays=relays)
         if moves.giver.size == 0:
             break
         load = apply_moves(load, moves, fed.size)
@@ -342,6 +487,7 @@ def run_rounds(
                 cost=float(mm1_cost(fed.capacity, fed.scale, load.astype(np.float64)).sum()),
                 above_threshold=int((load > threshold).sum()),
                 acceptable=is_acceptable(load, threshold),
+                relayed=int((moved & (moves.hops > 1)).sum()),
             )
         )
     return RoundsResult(
@@ -385,6 +531,50 @@ def water_filling_bound(fed: LargeFederation, *, iterations: int = 200) -> float
     return float(mm1_cost(cap, scale, placed(hi)).sum())
 
 
+def bounded_price_bound(fed: LargeFederation, *, iterations: int = 200) -> float:
+    """A lower bound on the total cost any run of the mechanism can reach from ``fed.load``.
+
+    Every move is individually rational at a price inside a contract's range (the Borealis
+    poster's rule, "task t moves from A to B if unit MC task t > p at A and < p at B", with the
+    band delta on both sides; contracts "fix or tightly bound price per unit-load", [p, p + e]).
+    So participant i never sheds below K_i(p_floor + delta), p_floor
+    the lowest price_min of its contracts, nor fills past F_i(p_ceiling - delta), p_ceiling the
+    highest price_max: its final load lies in [min(L_i, K_i), max(L_i, F_i)]. The best split of
+    the total load inside those boxes (water-filling with bounds, equal marginal costs where
+    unclamped) bounds every run from below. Unlike ``water_filling_bound`` it charges the price
+    ranges' own limits: with a fixed price a participant whose marginal cost is below the price
+    can never hand load to an emptier one, however much both would gain at a lower price.
+    """
+    giver, _, pmin, pmax = fed.directed()
+    n = fed.size
+    floor = np.full(n, np.inf)
+    np.minimum.at(floor, giver, pmin)
+    ceiling = np.full(n, -np.inf)
+    np.maximum.at(ceiling, giver, pmax)
+    has = np.isfinite(floor)
+    cap, scale, delta = fed.capacity, fed.scale, fed.hysteresis
+    load = fed.load.astype(np.float64)
+    keep = keep_level(cap, scale, np.where(has, floor, 1.0) + delta).astype(np.float64)
+    fill = fill_level(cap, scale, np.where(has, ceiling, 0.0) - delta).astype(np.float64)
+    low = np.where(has, np.minimum(load, keep), load)
+    high = np.where(has, np.maximum(load, fill), load)
+    total = float(load.sum())
+
+    def placed(lam: float) -> FloatArray:
+        return np.clip(cap - np.sqrt(scale * cap / lam), low, high)
+
+    lo, hi = 1e-12, 1.0
+    while placed(hi).sum() < total:
+        hi *= 2.0
+    for _ in range(iterations):
+        mid = (lo + hi) / 2.0
+        if placed(mid).sum() < total:
+            lo = mid
+        else:
+            hi = mid
+    return float(mm1_cost(cap, scale, placed(hi)).sum())
+
+
 def generate_large(
     *,
     participants: int,
@@ -395,12 +585,15 @@ def generate_large(
     utilisation: float = 0.7,
     seed: int = 0,
     hysteresis: float = 0.005,
+    uneven: bool = False,
 ) -> LargeFederation:
     """A random federation in which every participant has exactly k contracts.
 
     The contract graph is a circulant: participant i contracts with i +- o for k // 2 offsets o
-    drawn at random (1 is always one of them, so the graph is connected), plus i <-> i + n/2 when
-    k is odd. Participant attributes are drawn independently, so the regular labelling does not
+    drawn at random (1 is always one of them, so the graph is connected), plus i <-> i + n // 2
+    for i < n // 2 when k is odd. An odd k needs an even n, unless ``uneven`` lets the last
+    participant of an odd n have k - 1 (the quality benchmark's 995 participants).
+    Participant attributes are drawn independently, so the regular labelling does not
     bias anything. Capacity is 100 x (1 + spread x U(-1, 1)); contracts are priced around
     BASE_PRICE with a relative range ``price_range_width``; the total load is ``utilisation`` times
     the total of thresholds, split with log-normal weights of sigma ``load_skew`` and capped
@@ -413,7 +606,7 @@ def generate_large(
         raise LargeFederationError(
             "contracts_per_participant", f"must be between 1 and participants - 1 = {n - 1}"
         )
-    if k % 2 == 1 and n % 2 == 1:
+    if k % 2 == 1 and n % 2 == 1 and not uneven:
         raise LargeFederationError(
             "contracts_per_participant", f"an odd k ({k}) needs an even number of participants"
         )
@@ -435,6 +628,9 @@ def generate_large(
 
     half = k // 2
     others = np.arange(2, (n - 1) // 2 + 1)
+    if k % 2 == 1:
+        # The matching below pairs i with i + n // 2: that offset must not be drawn again.
+        others = others[others != n // 2]
     drawn = rng.choice(others, size=half - 1, replace=False) if half >= 2 else others[:0]
     offsets = np.concatenate([[1], drawn])[:half].astype(np.int64)
     ids = np.arange(n, dtype=np.int64)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 import yaml
@@ -12,6 +12,7 @@ from rich.console import Console
 
 if TYPE_CHECKING:
     from app.federation.document import FederationDoc
+    from spark_jobs.whatif.large_input import LargeInput
 
 console = Console(stderr=True)
 
@@ -27,8 +28,12 @@ def whatif(
         None, help="A federation file (contracts/*.yaml) or a sweep file (contracts/sweeps/)."
     ),
     out: Path = typer.Option(..., "--out", help="Directory for summary.json, plots and report."),
-    large: int | None = typer.Option(
-        None, "--large", help="Simulate one generated federation of this many participants."
+    large: str | None = typer.Option(
+        None,
+        "--large",
+        help="Simulate one very large federation in rounds on Spark: N generates one of N "
+        "participants; a directory of Parquet tables or a federation file reads the planner's "
+        "own (schema: spark_jobs/whatif/large_input.py).",
     ),
     k: int = typer.Option(10, "--k", help="--large: contracts per participant."),
     width: float = typer.Option(0.1, "--width", help="--large: relative price-range width."),
@@ -43,7 +48,16 @@ def whatif(
         None, "--max-steps", min=1, help="Federation file: at most this many simulation steps."
     ),
     master: str | None = typer.Option(
-        None, "--master", help="Spark master (default: $SPARK_MASTER, else local[*])."
+        None,
+        "--spark-master",
+        "--master",
+        help="Spark master (default: $SPARK_MASTER, else local[*]).",
+    ),
+    spark_conf: list[str] = typer.Option(
+        [],
+        "--spark-conf",
+        help="KEY=VALUE Spark setting for the run, repeatable (e.g. spark.driver.memory=8g; "
+        "--large sizes the driver heap itself unless given).",
     ),
     in_process: bool = typer.Option(
         False, "--in-process", help="Run a sweep in this Python process instead of on Spark."
@@ -80,11 +94,14 @@ def whatif(
 
     if (target is None) == (large is None):
         raise _fail("give either a FILE (federation or sweep) or --large N, not both")
+    if large is not None and not large.strip().isdigit():
+        _run_large_input(Path(large), out, master, spark_conf, max_rounds)
+        return
     if large is not None:
         spec = LargeSweep(
             name=f"large-{large}",
             description="",
-            participants=large,
+            participants=int(large),
             contracts_per_participant=k,
             price_range_width=width,
             load_skew=skew,
@@ -94,7 +111,7 @@ def whatif(
             max_rounds=max_rounds,
             source="--large",
         )
-        _run_large(spec, out, master)
+        _run_large(spec, out, master, spark_conf)
         return
     assert target is not None
     try:
@@ -110,7 +127,7 @@ def whatif(
         except SweepFileError as exc:
             raise _fail(str(exc)) from exc
         if isinstance(sweep, LargeSweep):
-            _run_large(sweep, out, master)
+            _run_large(sweep, out, master, spark_conf)
             return
         assert isinstance(sweep, GridSweep)
         summary = job.run_sweep(sweep, out, console=console, master=master, in_process=in_process)
@@ -206,14 +223,68 @@ _OPTIONS = {
 }
 
 
-def _run_large(spec: object, out: Path, master: str | None) -> None:
-    from app.market.rounds import LargeFederationError
+def _run_large_input(
+    path: Path, out: Path, master: str | None, spark_conf: list[str], max_rounds: int
+) -> None:
+    from spark_jobs.whatif.large_input import LargeInputError, load_large_input
+
+    try:
+        spec, inp = load_large_input(path, max_rounds=max_rounds)
+    except LargeInputError as exc:
+        raise _fail(str(exc)) from exc
+    _run_large(spec, out, master, spark_conf, inp=inp)
+
+
+def _run_large(
+    spec: object,
+    out: Path,
+    master: str | None,
+    spark_conf: list[str],
+    inp: LargeInput | None = None,
+) -> None:
+    from app.market.rounds import LargeFederationError, generate_large
     from spark_jobs.whatif import job
+    from spark_jobs.whatif.large_session import (
+        SparkConfError,
+        SparkRunError,
+        parse_conf,
+        spark_failures,
+        whatif_session,
+    )
     from spark_jobs.whatif.sweep_file import LargeSweep
 
     assert isinstance(spec, LargeSweep)
     try:
-        summary = job.run_large(spec, out, console=console, master=master)
+        conf = parse_conf(spark_conf)
+    except SparkConfError as exc:
+        raise _fail(f"command line: {exc}") from exc
+    contracts = spec.participants * spec.contracts_per_participant // 2
+    given: dict[str, Any] = {} if inp is None else {"fed": inp.fed, "names": inp.names}
+    try:
+        if inp is None:
+            # Generated before Spark starts, so bad options are refused without a JVM.
+            given["fed"] = generate_large(
+                participants=spec.participants,
+                contracts_per_participant=spec.contracts_per_participant,
+                price_range_width=spec.price_range_width,
+                load_skew=spec.load_skew,
+                capacity_spread=spec.capacity_spread,
+                utilisation=spec.utilisation,
+                seed=spec.seed,
+            )
+        with (
+            whatif_session(
+                master,
+                conf,
+                app_name="fedload-whatif-large",
+                participants=spec.participants,
+                contracts=contracts,
+            ),
+            spark_failures(),
+        ):
+            summary = job.run_large(spec, out, console=console, master=master, **given)
+    except SparkRunError as exc:
+        raise _fail(f"{spec.source}: {exc}") from exc
     except LargeFederationError as exc:
         if spec.source == "--large":
             raise _fail(

@@ -157,13 +157,20 @@ def initial_state(tables: LargeTables, edges: DataFrame) -> DataFrame:
         "scale",
         threshold.alias("threshold"),
         shed_floor.alias("shed_floor"),
+        F.col("p_star"),
         F.col("load").cast("long").alias("load"),
     )
 
 
-def plan_round(state: DataFrame, edges: DataFrame, hysteresis: float) -> DataFrame:
-    """One round's offers with their accepted part: giver, taker, price, offered, accepted."""
-    delta = F.lit(hysteresis)
+def plan_round(
+    state: DataFrame, edges: DataFrame, hysteresis: float, *, relays: bool = True
+) -> DataFrame:
+    """One round's offers with their accepted part: giver, taker, price, offered, accepted, hops.
+
+    Direct offers, then chained offers of the participants still above threshold (``relays``),
+    as ``app.market.rounds.plan_round``. Runs Spark jobs while it plans (the relay search is
+    breadth-first, one join per level); the result is checkpointed by the caller.
+    """
     givers = state.filter(F.col("load") > F.col("shed_floor")).select(
         F.col("id").alias("giver"),
         F.col("capacity").alias("g_cap"),
@@ -177,33 +184,21 @@ def plan_round(state: DataFrame, edges: DataFrame, hysteresis: float) -> DataFra
         F.col("load").alias("t_load"),
     )
     joined = edges.join(givers, "giver").join(takers, "taker")
-    g_cap, g_scale, g_load = F.col("g_cap"), F.col("g_scale"), F.col("g_load")
-    t_cap, t_scale, t_load = F.col("t_cap"), F.col("t_scale"), F.col("t_load")
-    out_g = _unit_cost(g_cap, g_scale, g_load.cast("double"))
-    in_t = _unit_cost(t_cap, t_scale, t_load.cast("double") + F.lit(1.0))
-    # No price both sides accept: no offer on that contract (the rows are dropped before the
-    # amounts are computed, where the NumPy reference computes them on price_min and masks).
-    priced = joined.withColumn(
-        "price",
-        _negotiated(out_g - delta, in_t + delta, F.col("price_min"), F.col("price_max")),
-    ).filter(F.col("price").isNotNull())
-    price = F.col("price")
-    candidates = (
-        priced.withColumn(
-            "offered", g_load - F.least(_keep_level(g_cap, g_scale, price + delta), g_load)
-        )
-        .withColumn("room", _fill_level(t_cap, t_scale, price - delta) - t_load)
-        .filter((F.col("offered") >= 1) & (F.col("room") >= 1))
-        .select("giver", "taker", "price", "offered", "room")
-    )
-    busy = candidates.select(F.col("giver").alias("taker")).distinct()
-    live = candidates.join(busy, "taker", "left_anti")
+    candidates = _priced_offers(joined, hysteresis, "price_min", "price_max")
+    busy = candidates.select(F.col("giver").alias("id")).distinct()
+    live = candidates.join(busy.withColumnRenamed("id", "taker"), "taker", "left_anti")
     cheapest = Window.partitionBy("giver").orderBy(F.col("price").asc(), F.col("taker").asc())
     chosen = (
         live.withColumn("rank", F.row_number().over(cheapest))
         .filter(F.col("rank") == 1)
         .drop("rank")
+        .select("giver", "taker", "price", "offered", "room", F.lit(1).cast("long").alias("hops"))
     )
+    if relays:
+        chosen = chosen.localCheckpoint(eager=True)
+        relayed = _relay_offers(state, edges, hysteresis, busy, chosen)
+        if relayed is not None:
+            chosen = chosen.unionByName(relayed)
     order = Window.partitionBy("taker").orderBy(F.col("price").desc(), F.col("giver").asc())
     running = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     accepted_total = F.greatest(
@@ -216,8 +211,119 @@ def plan_round(state: DataFrame, edges: DataFrame, hysteresis: float) -> DataFra
             F.col("accepted_total")
             - F.coalesce(F.lag("accepted_total").over(order), F.lit(0)).cast("long"),
         )
-        .select("giver", "taker", "price", "offered", F.col("accepted").cast("long"))
+        .select("giver", "taker", "price", "offered", F.col("accepted").cast("long"), "hops")
     )
+
+
+def _priced_offers(joined: DataFrame, hysteresis: float, low: str, high: str) -> DataFrame:
+    """Offers on (giver, taker) rows carrying both sides' state and a price range [low, high]:
+    the negotiated price, what the giver offers and how far the taker fills, rows without a deal
+    or without anything to move dropped (the NumPy reference computes them and masks)."""
+    delta = F.lit(hysteresis)
+    g_cap, g_scale, g_load = F.col("g_cap"), F.col("g_scale"), F.col("g_load")
+    t_cap, t_scale, t_load = F.col("t_cap"), F.col("t_scale"), F.col("t_load")
+    out_g = _unit_cost(g_cap, g_scale, g_load.cast("double"))
+    in_t = _unit_cost(t_cap, t_scale, t_load.cast("double") + F.lit(1.0))
+    priced = joined.withColumn(
+        "price", _negotiated(out_g - delta, in_t + delta, F.col(low), F.col(high))
+    ).filter(F.col("price").isNotNull())
+    price = F.col("price")
+    return (
+        priced.withColumn(
+            "offered", g_load - F.least(_keep_level(g_cap, g_scale, price + delta), g_load)
+        )
+        .withColumn("room", _fill_level(t_cap, t_scale, price - delta) - t_load)
+        .filter((F.col("offered") >= 1) & (F.col("room") >= 1))
+        .select("giver", "taker", "price", "offered", "room")
+    )
+
+
+def route_to_room(edges: DataFrame, has_room: DataFrame, wanted: DataFrame) -> DataFrame:
+    """``app.market.rounds.route_to_room`` level by level: labels (id, dist, end, low, high).
+
+    ``has_room`` and ``wanted`` are one-column tables of participant ids. Each level is one join
+    of the edges with the previous level's labels, checkpointed so no level carries the others'
+    lineage.
+    """
+    frontier = has_room.select(
+        "id",
+        F.lit(0).cast("long").alias("dist"),
+        F.col("id").alias("end"),
+        F.lit(-INF).alias("low"),
+        F.lit(INF).alias("high"),
+    ).localCheckpoint(eager=True)
+    labels = frontier
+    level = 0
+    while frontier.count() > 0 and wanted.join(labels, "id", "left_anti").count() > 0:
+        level += 1
+        reached = (
+            edges.join(frontier.withColumnRenamed("id", "taker"), "taker")
+            .join(labels.select(F.col("id").alias("giver")), "giver", "left_anti")
+            .select(
+                F.col("giver").alias("id"),
+                "end",
+                F.col("taker").alias("via"),
+                F.greatest(F.col("low"), F.col("price_min")).alias("low"),
+                F.least(F.col("high"), F.col("price_max")).alias("high"),
+            )
+            .filter(F.col("low") <= F.col("high"))
+        )
+        best = reached.groupBy("id").agg(F.min(F.struct("end", "via", "low", "high")).alias("b"))
+        frontier = best.select(
+            "id",
+            F.lit(level).cast("long").alias("dist"),
+            F.col("b.end").alias("end"),
+            F.col("b.low").alias("low"),
+            F.col("b.high").alias("high"),
+        ).localCheckpoint(eager=True)
+        # A union of checkpointed levels: its plan grows by one leaf per level, not per round.
+        labels = labels.unionByName(frontier)
+    return labels
+
+
+def _relay_offers(
+    state: DataFrame, edges: DataFrame, hysteresis: float, busy: DataFrame, chosen: DataFrame
+) -> DataFrame | None:
+    delta = F.lit(hysteresis)
+    cap, scale, load = F.col("capacity"), F.col("scale"), F.col("load")
+    contracted = state.filter(F.col("p_star").isNotNull())
+    has_room = (
+        contracted.filter(load < _fill_level(cap, scale, F.col("p_star") - delta))
+        .select("id")
+        .join(busy, "id", "left_anti")
+        .localCheckpoint(eager=True)
+    )
+    stuck = (
+        contracted.filter(load > F.col("threshold"))
+        .select("id")
+        .join(chosen.select(F.col("giver").alias("id")), "id", "left_anti")
+        .localCheckpoint(eager=True)
+    )
+    if stuck.count() == 0 or has_room.count() == 0:
+        return None
+    labels = route_to_room(edges, has_room, stuck)
+    routed = stuck.join(labels.filter(F.col("dist") >= 1), "id").select(
+        F.col("id").alias("giver"), F.col("end").alias("taker"), "dist", "low", "high"
+    )
+    joined = routed.join(
+        state.select(
+            F.col("id").alias("giver"),
+            F.col("capacity").alias("g_cap"),
+            F.col("scale").alias("g_scale"),
+            F.col("load").alias("g_load"),
+        ),
+        "giver",
+    ).join(
+        state.select(
+            F.col("id").alias("taker"),
+            F.col("capacity").alias("t_cap"),
+            F.col("scale").alias("t_scale"),
+            F.col("load").alias("t_load"),
+        ),
+        "taker",
+    )
+    hops = routed.select("giver", F.col("dist").alias("hops"))
+    return _priced_offers(joined, hysteresis, "low", "high").join(hops, "giver")
 
 
 def apply_round(state: DataFrame, moves: DataFrame) -> DataFrame:
@@ -266,21 +372,30 @@ def run_rounds(
     max_rounds: int = 200,
     record_loads: bool = False,
     on_round: Callable[[RoundRecord, float], None] | None = None,
+    relays: bool = True,
 ) -> LargeRunResult:
     """Rounds until no offer is made or ``max_rounds``; ``on_round`` sees each round's record."""
     edges = directed_edges(tables.contracts).cache()
     # Each round's state is cut loose from its lineage, or the plan would grow with every round.
     state = initial_state(tables, edges).localCheckpoint(eager=True)
     start = state_figures(state)
+    above = start.above
     result = LargeRunResult([], [], start.cost, start.acceptable, state)
     if record_loads:
         result.loads.append(_loads(state))
     for r in range(1, max_rounds + 1):
         began = time.perf_counter()
-        moves = plan_round(state, edges, tables.hysteresis).localCheckpoint(eager=True)
+        # Only a participant above its threshold offers along a chain: with none (the previous
+        # round's count), the relay search and its jobs are skipped.
+        chains = relays and above > 0
+        moves = plan_round(state, edges, tables.hysteresis, relays=chains).localCheckpoint(
+            eager=True
+        )
+        moved = F.col("accepted") > 0
         stats = moves.agg(
             F.count(F.lit(1)).alias("offers"),
-            F.sum(F.when(F.col("accepted") > 0, 1).otherwise(0)).alias("moves"),
+            F.sum(F.when(moved, 1).otherwise(0)).alias("moves"),
+            F.sum(F.when(moved & (F.col("hops") > 1), 1).otherwise(0)).alias("relayed"),
             F.sum("accepted").alias("units"),
             F.sum(F.col("accepted") * F.col("price")).alias("volume"),
         ).first()
@@ -289,6 +404,7 @@ def run_rounds(
             break
         state = apply_round(state, moves).localCheckpoint(eager=True)
         figures = state_figures(state)
+        above = figures.above
         seconds = time.perf_counter() - began
         record = RoundRecord(
             round=r,
@@ -299,6 +415,7 @@ def run_rounds(
             cost=figures.cost,
             above_threshold=figures.above,
             acceptable=figures.acceptable,
+            relayed=int(stats["relayed"]),
         )
         result.rounds.append(record)
         result.seconds_per_round.append(seconds)

@@ -49,3 +49,79 @@ def test_spark_rounds_match_numpy_rounds(spark, participants, k, width, skew, se
     assert result.rounds_to_acceptable == reference.rounds_to_acceptable
     thresholds = result.final_state.select("id", "threshold").toPandas().sort_values("id")
     np.testing.assert_array_equal(thresholds["threshold"].to_numpy(), reference.thresholds)
+
+
+def test_whatif_large_reads_parquet_tables_and_ends_where_the_numpy_rounds_end(spark, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from app.cli import cli
+    from app.market.rounds import participant_names
+    from spark_jobs.whatif.large_input import LargeInput, write_tables
+
+    # A fixed-price federation where only chains through full relays reach the room.
+    fed = generate_large(
+        participants=30,
+        contracts_per_participant=2,
+        price_range_width=0.0,
+        load_skew=2.0,
+        utilisation=0.8,
+        seed=0,
+    )
+    names = [f"site-{n}" for n in participant_names(fed.size)]
+    write_tables(LargeInput(fed, names, "test"), tmp_path / "tables")
+    reference = run_rounds(fed)
+    assert any(r.relayed for r in reference.rounds), "the case should need relays"
+
+    result = CliRunner().invoke(
+        cli, ["whatif", "--large", str(tmp_path / "tables"), "--out", str(tmp_path / "out")]
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["final_load"] == dict(zip(names, reference.final_load.tolist(), strict=True))
+    assert summary["acceptable"] == reference.acceptable is True
+    assert summary["rounds"] == len(reference.rounds)
+    assert summary["cost_bounded_price_bound"] <= summary["cost"]
+
+
+def test_whatif_large_refuses_bad_spark_conf_and_bad_tables_by_name(tmp_path):
+    from typer.testing import CliRunner
+
+    from app.cli import cli
+
+    bad_conf = ["--spark-conf", "spark.driver.memory"]
+    result = CliRunner().invoke(
+        cli, ["whatif", "--large", "40", "--k", "4", *bad_conf, "--out", str(tmp_path / "o")]
+    )
+    assert result.exit_code == 1
+    assert "--spark-conf 'spark.driver.memory': expected KEY=VALUE" in result.output
+    (tmp_path / "empty").mkdir()
+    result = CliRunner().invoke(
+        cli, ["whatif", "--large", str(tmp_path / "empty"), "--out", str(tmp_path / "o")]
+    )
+    assert result.exit_code == 1
+    assert "participants.parquet: (file): cannot read" in " ".join(result.output.split())
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_spark_driver_that_cannot_start_ends_the_command_with_a_clear_error(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    # A fresh process, so the command starts its own JVM (a warm test session would be reused):
+    # Spark refuses a driver heap below its minimum, and the command must say so and exit.
+    fedload = Path(sys.executable).parent / "fedload"
+    tiny = ["--spark-conf", "spark.driver.memory=32m"]
+    done = subprocess.run(
+        [str(fedload), "whatif", "--large", "40", "--k", "4", "--out", str(tmp_path / "o"), *tiny],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "error:" in done.stderr and "Spark" in done.stderr
+    assert "Traceback" not in done.stderr

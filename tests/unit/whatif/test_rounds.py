@@ -11,6 +11,7 @@ from app.market.rounds import (
     LargeFederation,
     LargeFederationError,
     apply_moves,
+    bounded_price_bound,
     fill_level,
     generate_large,
     is_acceptable,
@@ -184,7 +185,11 @@ def test_round_prices_are_the_protocols_negotiated_price(fed: LargeFederation):
     from app.market.protocol import negotiated_price
 
     moves = plan_round(fed, fed.load)
-    for g, t, p in zip(moves.giver, moves.taker, moves.price, strict=True):
+    for g, t, p, hops in zip(moves.giver, moves.taker, moves.price, moves.hops, strict=True):
+        if hops > 1:
+            # A chain: one price on every leg, inside every leg's range (relays break even).
+            assert np.all(fed.price_min.min() <= p) and np.all(p <= fed.price_max.max())
+            continue
         edges = [
             e
             for e in range(fed.edge_a.size)
@@ -235,3 +240,67 @@ def test_an_unacceptable_large_state_says_why_over_the_contract_graph():
     assert not judged.acceptable and "P0" in judged.offenders
     assert judged.reasons[0].startswith(f"P0 is over its threshold (95.0 > {threshold[0]:.1f})")
     assert "no contract path leads from P0 to spare capacity (P2, P3)" in judged.reasons[0]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(6, 120),
+    skew=st.floats(0.0, 2.5),
+    spread=st.floats(0.0, 0.6),
+    util=st.floats(0.2, 0.9),
+    seed=st.integers(0, 10_000),
+)
+def test_three_contracts_and_a_ten_percent_range_suffice_when_underloaded(
+    n, skew, spread, util, seed
+):
+    # The Borealis claim (seeds/borealis-load-management-ha-poster.txt, "Experimental result: A
+    # small number of contracts and small price-ranges suffice to achieve acceptable
+    # allocation"): a connected federation with 3 contracts each, underloaded, ends acceptable.
+    fed = generate_large(
+        participants=n,
+        contracts_per_participant=3,
+        price_range_width=0.1,
+        load_skew=skew,
+        capacity_spread=spread,
+        utilisation=util,
+        seed=seed,
+        uneven=True,
+    )
+    result = run_rounds(fed, max_rounds=1_000)
+    assert fed.load.sum() <= result.thresholds.sum()
+    assert result.acceptable, f"{int((result.final_load > result.thresholds).sum())} above"
+    assert np.all(result.final_load <= result.thresholds)
+
+
+def test_a_chain_of_relays_carries_load_past_full_partners():
+    # A line P0 - P1 - P2 - P3 at one fixed price: P0 is over its threshold, P1 and P2 sit
+    # between the two fill levels (no room at the price, nothing to shed), P3 is empty. Only a
+    # chain through P1 and P2 moves load, and the relays' loads do not change.
+    fed = LargeFederation(
+        capacity=np.full(4, 100.0),
+        scale=np.ones(4),
+        load=np.array([95, 80, 80, 0], dtype=np.int64),
+        edge_a=np.array([0, 1, 2], dtype=np.int64),
+        edge_b=np.array([1, 2, 3], dtype=np.int64),
+        price_min=np.full(3, 0.25),
+        price_max=np.full(3, 0.25),
+    )
+    direct_only = run_rounds(fed, relays=False)
+    assert not direct_only.acceptable and direct_only.final_load[0] == 95
+    moves = plan_round(fed, fed.load)
+    assert moves.giver.tolist() == [0] and moves.taker.tolist() == [3]
+    assert moves.hops.tolist() == [3] and moves.price.tolist() == [0.25]
+    result = run_rounds(fed, record_loads=True)
+    assert result.acceptable
+    assert result.final_load[1:3].tolist() == [80, 80]
+    assert result.final_load.sum() == fed.load.sum()
+    assert result.rounds[0].relayed == 1
+
+
+def test_bounded_price_bound_sits_between_the_continuous_bound_and_every_run():
+    for seed in range(3):
+        fed = generate_large(
+            participants=200, contracts_per_participant=3, price_range_width=0.0, seed=seed
+        )
+        final = run_rounds(fed).rounds[-1].cost
+        assert water_filling_bound(fed) <= bounded_price_bound(fed) <= final
