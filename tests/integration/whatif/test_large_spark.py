@@ -94,13 +94,13 @@ def test_whatif_large_refuses_bad_spark_conf_and_bad_tables_by_name(tmp_path):
     result = CliRunner().invoke(
         cli, ["whatif", "--large", "40", "--k", "4", *bad_conf, "--out", str(tmp_path / "o")]
     )
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a user mistake
     assert "--spark-conf 'spark.driver.memory': expected KEY=VALUE" in result.output
     (tmp_path / "empty").mkdir()
     result = CliRunner().invoke(
         cli, ["whatif", "--large", str(tmp_path / "empty"), "--out", str(tmp_path / "o")]
     )
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "participants.parquet: (file): cannot read" in " ".join(result.output.split())
     assert not (tmp_path / "o").exists()
 
