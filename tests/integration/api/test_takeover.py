@@ -7,7 +7,9 @@ only to its owner or one of the owner's partners. Every refusal writes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -16,25 +18,34 @@ from app.db.session import unit_of_work
 from app.models import LedgerEntry, Participant, Task
 from app.movements.payments import accrue_task
 from app.settings import Settings
-from tests.integration.api.authz_world import World, build_world
-from tests.integration.api.conftest import ADMIN_KEY, Api
+from tests.integration.api.authz_world import (  # noqa: F401 (a fixture)
+    World,
+    world_copy,
+    world_for,
+    world_settings,
+    world_templates,
+)
+from tests.integration.api.conftest import Api
+from tests.support.databases import BACKENDS
 from tests.support.snapshot import registry_snapshot
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    yield from world_copy(request)
 
 
 @pytest.fixture
 def settings(db_url: str) -> Settings:
-    # A slow machine must not make anyone "suspect" or "failed" by itself during a test.
-    return Settings(
-        database_url=db_url, admin_key=ADMIN_KEY, environment="test", heartbeat_interval_seconds=60
-    )
+    return world_settings(db_url)
 
 
 @pytest.fixture
-def world(api: Api, db_url: str) -> World:
-    return build_world(api, db_url)
+def world(request: pytest.FixtureRequest, api: Api, db_url: str) -> World:
+    return world_for(request, api, db_url)
 
 
-def move(world: World, who: str, task: str, to: str, reason: str = "failover") -> object:
+def move(world: World, who: str, task: str, to: str, reason: str = "failover") -> Any:
     return world.api.post(who, "/v1/movements", {"task": task, "to": to, "reason": reason})
 
 
