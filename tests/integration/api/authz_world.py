@@ -48,6 +48,8 @@ class World:
     api: Api
     db_url: str
     contracts: dict[str, int] = field(default_factory=dict)
+    # The version each contract (and the open offer, "offer") is at once the world is built.
+    versions: dict[str, int] = field(default_factory=dict)
     offer: int = 0
     movement: int = 0
     epoch: int = 0
@@ -103,7 +105,10 @@ def build_world(api: Api, db_url: str) -> World:
     prepared = world.sell("q4", "AB", REPLICA_HOST, commit=False)
     world.movement, world.epoch = int(prepared["id"]), int(prepared["epoch"])
     body = {"contract_id": world.contracts["AC"], "tasks": ["q3"], "price": 0.9}
-    world.offer = int(world.ok(api.post(OWNER, "/v1/offers", body), 201)["id"])
+    offer = world.ok(api.post(OWNER, "/v1/offers", body), 201)
+    world.offer, world.versions["offer"] = int(offer["id"]), int(offer["version"])
+    for name, cid in world.contracts.items():
+        world.versions[name] = int(world.ok(api.get("admin", f"/v1/contracts/{cid}"))["version"])
     for name in (OWNER, REPLICA_HOST, WRONG_PARTNER, OUTSIDER):
         world.ok(api.post(name, "/v1/participants/me/heartbeat", {}))
     return world
