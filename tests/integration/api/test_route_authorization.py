@@ -432,7 +432,8 @@ def test_who_may_call_each_route(world: World, route: Route) -> None:
     row = ROUTES[route]
     if row.before is not None:
         row.before(world)
-    before, refused = registry_snapshot(world.db_url), []
+    before = registry_snapshot(world.db_url)
+    refused: list[str] = []
     for role, caller, status in row.expectations():
         if status < 400 and refused:
             # The refusals since the last snapshot wrote nothing.
