@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +54,32 @@ def _pool_arguments(url: str, options: DatabaseOptions) -> dict[str, Any]:
     }
 
 
-@lru_cache(maxsize=8)
+_ENGINES: dict[tuple[str, DatabaseOptions], Engine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
 def get_engine(url: str, options: DatabaseOptions = DatabaseOptions()) -> Engine:
-    url = normalise_url(url)
+    """One engine per URL and pool options, for the life of the process."""
+    key = (normalise_url(url), options)
+    with _ENGINES_LOCK:
+        engine = _ENGINES.get(key)
+        if engine is None:
+            engine = _ENGINES[key] = _create_engine(key[0], options)
+        return engine
+
+
+def dispose_engines(url: str) -> None:
+    """Close every pooled connection to ``url``, whatever the pool options: the API's engine
+    (sized by ``Settings.database_options``) and the scripts' alike. A SQLite file is complete
+    on disk (its WAL checkpointed) only once no connection holds it, e.g. before it is copied."""
+    wanted = normalise_url(url)
+    with _ENGINES_LOCK:
+        engines = [engine for (u, _), engine in _ENGINES.items() if u == wanted]
+    for engine in engines:
+        engine.dispose()
+
+
+def _create_engine(url: str, options: DatabaseOptions) -> Engine:
     _ensure_sqlite_folder(url)
     if url.startswith("sqlite"):
         # The API serves requests on a thread pool; a SQLite connection must be usable from

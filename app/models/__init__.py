@@ -2,13 +2,21 @@
 
 from app.models.audit import AuditEntry, AuditHead, AuditSubject
 from app.models.contract import Contract, ContractEvent, ContractStatus, LedgerEntry, Recovery
-from app.models.movement import Movement, MovementReason, MovementStatus, Offer, OfferStatus
+from app.models.movement import (
+    MARKET_REASONS,
+    Movement,
+    MovementReason,
+    MovementStatus,
+    Offer,
+    OfferStatus,
+)
 from app.models.participant import Participant, ParticipantSample, ParticipantStatus
 from app.models.permit import ReconciliationPermit
 from app.models.replica import Replica, ReplicaTechnique
 from app.models.task import Task
 
 __all__ = [
+    "MARKET_REASONS",
     "AuditEntry",
     "AuditHead",
     "AuditSubject",

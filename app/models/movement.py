@@ -18,6 +18,11 @@ class MovementReason(enum.StrEnum):
     reconciliation = "reconciliation"
 
 
+# The market's reasons: a sale under the giver's contract. Every other reason relocates a task
+# outside the market, to its owner or one of the owner's partners.
+MARKET_REASONS = frozenset({MovementReason.load, MovementReason.move_back})
+
+
 class MovementStatus(enum.StrEnum):
     prepared = "prepared"
     committed = "committed"

@@ -8,6 +8,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.models import (
+    MARKET_REASONS,
     Contract,
     LedgerEntry,
     Movement,
@@ -47,7 +48,13 @@ def accrue_task(session: Session, task: Task, now: datetime) -> float:
     if start is None or now <= start:
         return 0.0
     moves = [
-        CommittedMove(src=m.from_id, dst=m.to_id, contract_id=m.contract_id, price=m.price)
+        CommittedMove(
+            src=m.from_id,
+            dst=m.to_id,
+            contract_id=m.contract_id,
+            price=m.price,
+            direct=m.reason not in MARKET_REASONS,
+        )
         for m in repository.committed_for_task(session, task.id)
     ]
     total = charge_hops(

@@ -28,10 +28,14 @@ from app.movements.replica_schemas import ReplicaRead
 REPLICA_KIND = "replica"
 
 
+def _no_task(name: str) -> str:
+    return f"no task named {name!r}"
+
+
 def _task(session: Session, name: str) -> Task:
     task = session.scalar(select(Task).where(Task.name == name))
     if task is None:
-        raise NotFound(f"no task named {name!r}", field="task")
+        raise NotFound(_no_task(name), field="task")
     return task
 
 
@@ -71,8 +75,12 @@ def place(
 ) -> list[Replica]:
     """Give the task ``k`` replicas in total on eligible partners; returns the new ones."""
     task = _task(session, task_name)
-    if not principal.is_admin and principal.participant_id != task.owner_id:
-        raise Forbidden(f"only the owner of {task_name!r} places its replicas", field="task")
+    me = principal.participant_id
+    if not principal.is_admin and me != task.owner_id:
+        if me is not None and (me == task.host_id or hosted_by(session, task.id, me) is not None):
+            raise Forbidden(f"only the owner of {task_name!r} places its replicas", field="task")
+        # Anyone without a copy of the task learns nothing: 404, as for an unknown name.
+        raise NotFound(_no_task(task_name), field="task")
     existing = list(session.scalars(select(Replica).where(Replica.task_id == task.id)))
     by_partner = _active_contracts(session, task.owner_id)
     people = {p.id: p for p in session.scalars(select(Participant))}
@@ -226,7 +234,8 @@ def report_state(
         )
     )
     if replica is None:
-        raise NotFound(f"you host no replica of {task_name!r}", field="task")
+        # The same answer as for an unknown name: a task is nobody else's business.
+        raise NotFound(_no_task(task_name), field="task")
     if epoch is not None and epoch != replica.lease_epoch:
         what = "stale" if epoch < replica.lease_epoch else "unknown"
         raise Conflict(

@@ -10,6 +10,7 @@ with its old host; the service runs it in the background (``app.movements.sweepe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import select
@@ -20,7 +21,9 @@ from app.auth.principal import Principal
 from app.db.base import utcnow
 from app.errors import Conflict, Forbidden, InvalidInput, NotFound
 from app.models import (
+    MARKET_REASONS,
     Contract,
+    ContractStatus,
     Movement,
     MovementReason,
     MovementStatus,
@@ -34,7 +37,11 @@ from app.movements.payments import accrue_task
 from app.movements.schemas import MovementRead
 from app.participants import repository as participants
 
-MARKET = (MovementReason.load, MovementReason.move_back)
+MARKET = MARKET_REASONS
+# Relocations that hand the task to the copy that already runs beside it (active standby) or
+# restores it (passive standby, upstream backup): asked for by that copy's host, and only once
+# the registry sees the current host failed.
+TAKEOVERS = (MovementReason.failover, MovementReason.replica_switch)
 
 
 def _lock_for_move(session: Session, task: Task, *, market: bool, field: str) -> Task:
@@ -95,8 +102,8 @@ def prepare(
     if target.id == locked.host_id:
         raise InvalidInput(f"{target.name} already hosts task {task.name}", field="to")
     _check_not_suspended(target)
-    if market and replicas.hosted_by(session, task.id, target.id) is not None:
-        # A failover onto the replica is how a replica becomes the primary; the market never
+    if reason not in TAKEOVERS and replicas.hosted_by(session, task.id, target.id) is not None:
+        # A failover onto the replica is how a replica becomes the primary; nothing else ever
         # puts the primary beside a replica.
         raise Conflict(
             f"{target.name} already hosts a replica of task {task.name}; never two copies on "
@@ -271,7 +278,7 @@ def _commit_primary(session: Session, movement: Movement, task: Task) -> None:
             f"task {task.name} changed host since this movement was prepared", field="id"
         )
     if (
-        movement.reason in MARKET
+        movement.reason not in TAKEOVERS
         and replicas.hosted_by(session, task.id, movement.to_id) is not None
     ):
         raise Conflict(
@@ -291,7 +298,7 @@ def _commit_primary(session: Session, movement: Movement, task: Task) -> None:
     task.price = movement.price if movement.to_id != task.owner_id else None
     movement.status, movement.finished_at = MovementStatus.committed, now
     session.flush()
-    if movement.reason == MovementReason.failover:
+    if movement.reason in TAKEOVERS:
         # The replica that took over is the task's host now, no longer a replica of it.
         replicas.promoted(session, task.id, movement.to_id, now)
 
@@ -341,40 +348,127 @@ def abort_stale(session: Session, *, lease_seconds: float, now: datetime | None 
     return len(stale)
 
 
-def request(
-    session: Session, principal: Principal, task_name: str, to: str, reason: MovementReason
-) -> Movement:
-    """A relocation outside the market (failover, replica switch, reconciliation, admin move).
+@dataclass(frozen=True)
+class FailureDetector:
+    """The registry's view of a host's heartbeats (``Settings.heartbeat_*``)."""
 
-    Allowed for admins, the task's owner and its current host, and for a target that holds an
-    active replica-hosting contract with the owner: the backup is who notices the failure.
+    interval_seconds: float
+    misses: int
+
+
+def request(
+    session: Session,
+    principal: Principal,
+    task_name: str,
+    to: str,
+    reason: MovementReason,
+    *,
+    detector: FailureDetector,
+) -> Movement:
+    """A relocation outside the market (failover, replica switch, reconciliation).
+
+    Whoever cannot see the task (its owner, host and replica hosts see it) gets 404, as for an
+    unknown name. The target is the owner or a partner under an active contract with the
+    owner, for every reason: the owner pays it directly under that contract from the commit on.
+    A failover or replica switch is asked for by the target itself, which must host a replica
+    (or standby) of the task, and only while the registry sees the current host failed; a
+    reconciliation by the owner. An admin may ask on anyone's behalf, under the same rules for
+    the target and the host. Every refusal writes nothing.
     """
-    from app.contracts import repository as contracts_repo
     from app.tasks import repository as tasks_repo
 
     if reason in MARKET:
         raise InvalidInput("load moves go through offers: POST /v1/offers", field="reason")
     task = tasks_repo.get_by_name(session, task_name)
-    target = participants.get_by_name(session, to)
-    me = principal.participant_id
-    allowed = task is not None and (
-        principal.is_admin
-        or me in (task.owner_id, task.host_id)
-        or (
-            target is not None
-            and me == target.id
-            and _hosts_replicas_for(contracts_repo.live_between(session, me, task.owner_id))
-        )
-    )
-    if task is None or not allowed:
+    if task is None or not _sees_task(session, principal, task):
         raise NotFound(f"task {task_name!r} not found", field="task")
+    target = participants.get_by_name(session, to)
     if target is None:
         raise InvalidInput(f"unknown participant {to!r}", field="to")
-    return prepare(session, task, target, reason=reason, actor=principal.actor)
+    if reason in TAKEOVERS:
+        _check_takeover(session, principal, task, target, reason, detector)
+    elif not principal.is_admin and principal.participant_id != task.owner_id:
+        raise Forbidden(
+            f"only the owner of task {task.name} relocates it for {reason.value}", field="reason"
+        )
+    contract = owner_contract(session, task, target)
+    if contract is None and target.id != task.owner_id:
+        owner = participants.names_by_id(session, [task.owner_id])[task.owner_id]
+        raise Forbidden(
+            f"{target.name} has no active contract with {owner}, the owner of task {task.name}: "
+            "outside the market a task moves only to its owner or one of its owner's partners",
+            field="to",
+        )
+    return prepare(
+        session,
+        task,
+        target,
+        reason=reason,
+        actor=principal.actor,
+        contract=contract,
+        price=contract.price_min if contract is not None else None,
+    )
 
 
-def _hosts_replicas_for(contract: Contract | None) -> bool:
-    return contract is not None and contract.status.value == "active" and contract.replica_hosting
+def _sees_task(session: Session, principal: Principal, task: Task) -> bool:
+    me = principal.participant_id
+    return (
+        principal.is_admin
+        or me in (task.owner_id, task.host_id)
+        or (me is not None and replicas.hosted_by(session, task.id, me) is not None)
+    )
+
+
+def _check_takeover(
+    session: Session,
+    principal: Principal,
+    task: Task,
+    target: Participant,
+    reason: MovementReason,
+    detector: FailureDetector,
+) -> None:
+    """Only the replica's own host takes it over, and only from a host the registry sees failed:
+    a partner with a replica-hosting contract but no copy, or a replica host while the host is
+    alive, would otherwise take the task (issue 15, "A partner can take over")."""
+    from app.participants.service import refresh_liveness
+
+    if not principal.is_admin and principal.participant_id != target.id:
+        raise Forbidden(
+            f"a {reason.value} is asked for by the participant taking the task over (the host "
+            f"of its replica or standby), not by {principal.name}",
+            field="to",
+        )
+    if replicas.hosted_by(session, task.id, target.id) is None:
+        raise Forbidden(
+            f"{target.name} hosts no replica or standby of task {task.name}: a {reason.value} "
+            "hands the task only to one of its replicas",
+            field="to",
+        )
+    host = session.get(Participant, task.host_id)
+    assert host is not None  # a task's host is a foreign key
+    refresh_liveness(
+        session, [host], interval_seconds=detector.interval_seconds, misses=detector.misses
+    )
+    if host.liveness != "failed":
+        raise Conflict(
+            f"the registry sees {host.name}, the host of task {task.name}, as {host.liveness}, "
+            f"not failed: a {reason.value} takes a task only from a failed host",
+            field="reason",
+        )
+
+
+def owner_contract(session: Session, task: Task, target: Participant) -> Contract | None:
+    """The active contract, in its term, between the task's owner and ``target``."""
+    from app.contracts import repository as contracts_repo
+
+    contract = contracts_repo.live_between(session, task.owner_id, target.id)
+    if (
+        contract is None
+        or contract.status is not ContractStatus.active
+        or not contract.starts_at <= utcnow() < contract.ends_at
+    ):
+        return None
+    return contract
 
 
 def to_read(session: Session, movements: list[Movement]) -> list[MovementRead]:

@@ -35,12 +35,12 @@ def request_permit(
     """Ask for the fragment's permit: granted (or renewed, for the holder) until expires_at,
     or refused with the holder and when its lease ends.
 
-    The fragment is a registered task's name (404 otherwise). A participant asks only for a
-    task it holds a copy of, as its primary host or one of its replica hosts, and under its own
-    copy's name: its participant name, or a node name of its choosing that is neither another
-    participant's name nor a replica name the permit was granted under to another
-    participant (403 naming the fragment and the participant otherwise). An admin may ask for
-    any copy. Refusals write nothing."""
+    The fragment is a registered task's name of which the participant holds a copy, as its
+    primary host or one of its replica hosts (404 otherwise, as for an unknown name), and it
+    asks under its own copy's name: its participant name, or a node name of its choosing that
+    is neither another participant's name nor a replica name the permit was granted under to
+    another participant (403 naming the fragment and the participant otherwise). An admin may
+    ask for any copy of a registered task. Refusals write nothing."""
     return service.request(
         session, me, fragment, body.replica, lease_seconds=settings.permit_lease_seconds
     )
@@ -51,7 +51,7 @@ def release_permit(
     fragment: Fragment, body: PermitAsk, me: CurrentPrincipal, session: SessionDep
 ) -> PermitRead:
     """The holder gives the permit back (409 for any other replica); who may ask is as for
-    ``request`` (404 for an unknown fragment, 403 for a participant without a copy of it or
+    ``request`` (404 for an unknown fragment or one the participant holds no copy of, 403 for
     naming another participant's copy)."""
     return service.release(session, me, fragment, body.replica)
 

@@ -12,14 +12,15 @@ decided one after the other:
 - the row is then read ``FOR UPDATE`` (PostgreSQL's row lock; SQLite already holds the lock).
 
 Who may ask (``_authorise``, checked before anything is written, so a refusal leaves the
-database as it was): the fragment is a registered task (404 otherwise); a participant asks only
-for a task it holds a copy of, as its primary host or a replica host (403 otherwise), and only
-under a replica name that is its own copy's (403 otherwise). The registry names a copy by the
-participant hosting it (``tasks.host``, ``GET /v1/replicas`` ``host``), and a participant holds
-at most one copy of a task, so its copy may be asked for under its own participant name or a
-node name of its choosing (the DPC nodes use theirs, e.g. ``C1``) that is not another copy's:
-neither another participant's name, nor the replica name under which the permit was granted to
-another participant. An admin may act for any copy of a registered task.
+database as it was): the fragment is a registered task of which a participant holds a copy, as
+its primary host or a replica host (404 otherwise, the same answer for both, so that a stranger
+cannot learn which tasks exist), and a participant asks only under a replica name that is its
+own copy's (403 otherwise). The registry names a copy by the participant hosting it
+(``tasks.host``, ``GET /v1/replicas`` ``host``), and a participant holds at most one copy of a
+task, so its copy may be asked for under its own participant name or a node name of its
+choosing (the DPC nodes use theirs, e.g. ``C1``) that is not another copy's: neither another
+participant's name, nor the replica name under which the permit was granted to another
+participant. An admin may act for any copy of a registered task.
 """
 
 from __future__ import annotations
@@ -53,12 +54,14 @@ def _check_fragment(fragment: str) -> None:
 def _authorise(session: Session, principal: Principal, fragment: str, replica: str) -> None:
     """Refuse (before any write) a request or release the principal may not make; see the
     module docstring for the rule."""
+    unknown = NotFound(
+        f"no task named {fragment!r} that you hold a copy of: a reconciliation permit is for a "
+        "registered task and asked for by a copy of it",
+        field="fragment",
+    )
     task = session.scalar(select(Task).where(Task.name == fragment))
     if task is None:
-        raise NotFound(
-            f"no task named {fragment!r}: a reconciliation permit is for a registered task",
-            field="fragment",
-        )
+        raise unknown
     if principal.participant_id is None:
         return  # the operator may act for any copy
     copies = {
@@ -67,11 +70,8 @@ def _authorise(session: Session, principal: Principal, fragment: str, replica: s
     }
     who = principal.name
     if principal.participant_id not in copies:
-        raise Forbidden(
-            f"participant {who!r} holds no copy of fragment {fragment!r} (neither its primary "
-            "host nor a replica host)",
-            field="fragment",
-        )
+        # Not 403: that would tell a stranger the task exists (issue 15, "Existence leaks").
+        raise unknown
     # Any other participant's name stands for that participant's copy (or for none of this
     # one's): never a name this participant may ask under.
     named = session.scalar(select(Participant.id).where(Participant.name == replica))

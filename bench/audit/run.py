@@ -26,7 +26,7 @@ from sqlalchemy.engine import make_url
 
 from app.audit import service as audit
 from app.db.migrate import upgrade
-from app.db.session import get_engine, unit_of_work
+from app.db.session import dispose_engines, unit_of_work
 from app.models import Participant
 
 HERE = Path(__file__).resolve().parent
@@ -112,7 +112,7 @@ def main() -> None:
         print(json.dumps(result, indent=2))
         (HERE / "results.json").write_text(json.dumps(result, indent=2) + "\n")
     finally:
-        get_engine(url).dispose()
+        dispose_engines(url)
         with server.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         server.dispose()

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.live import Live
 
 from app.admin.readmodels import Overview, overview
-from app.db.session import get_engine, unit_of_work
+from app.db.session import dispose_engines, unit_of_work
 from app.federation.document import FederationDoc, load_federation
 from app.participant.client import FedloadClient
 from app.participant.node import MoveEvent
@@ -196,7 +196,7 @@ def _run(
         return _finish(doc, options, console, fed, admin, began_wall, loads, acceptable_series)
     finally:
         admin.close()
-        get_engine(fed.registry_url).dispose()
+        dispose_engines(fed.registry_url)
 
 
 def _moves(fed: ProcessFederation, began_wall: float) -> list[MoveEvent]:

@@ -23,7 +23,7 @@ from typing import IO, Any
 import httpx
 
 from app.db.migrate import upgrade
-from app.db.session import get_engine, unit_of_work
+from app.db.session import dispose_engines, unit_of_work
 from app.federation.apply import apply_federation
 from app.federation.document import FederationDoc
 from app.participant.client import FedloadClient
@@ -157,7 +157,7 @@ class ProcessFederation:
             self.keys = apply_federation(
                 session, self.doc, actor=f"file:{self.doc.source}"
             ).new_keys
-        get_engine(self.registry_url).dispose()
+        dispose_engines(self.registry_url)
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         self.service = Managed(

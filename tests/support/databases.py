@@ -19,7 +19,7 @@ from sqlalchemy.engine import make_url
 
 from app.db.base import Base
 from app.db.migrate import upgrade
-from app.db.session import get_engine
+from app.db.session import dispose_engines, get_engine
 from tests.support.components import postgres_problem, postgres_url, require
 
 BACKENDS = ["sqlite", "postgres"]
@@ -29,7 +29,7 @@ BACKENDS = ["sqlite", "postgres"]
 def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("sqlite-template") / "template.db"
     upgrade(f"sqlite:///{path}")
-    get_engine(f"sqlite:///{path}").dispose()
+    dispose_engines(f"sqlite:///{path}")
     return path
 
 
@@ -46,7 +46,7 @@ def postgres_database() -> Iterator[str]:
     try:
         yield url
     finally:
-        get_engine(url).dispose()
+        dispose_engines(url)
         with admin.connect() as conn:
             conn.execute(
                 sa.text(
@@ -74,7 +74,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         shutil.copy(template, path)
         url = f"sqlite:///{path}"
         yield url
-        get_engine(url).dispose()
+        dispose_engines(url)
     else:
         url = request.getfixturevalue("postgres_database")
         _truncate_all(url)

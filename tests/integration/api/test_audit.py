@@ -24,7 +24,7 @@ from app.audit.chain import ChainFields, entry_hash
 from app.audit.verify import verify
 from app.cli import cli
 from app.db.migrate import upgrade
-from app.db.session import get_engine, unit_of_work
+from app.db.session import dispose_engines, get_engine, unit_of_work
 from app.models import AuditEntry, AuditSubject
 from app.settings import get_settings
 from tests.integration.api.conftest import Api
@@ -361,4 +361,4 @@ def migrate_old_entries(url: str) -> None:
     with unit_of_work(url) as session:
         verdict = verify(session)
         assert (verdict.intact, verdict.entries) == (True, 4)
-    get_engine(url).dispose()
+    dispose_engines(url)

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from app.db.session import get_engine
+from app.db.session import dispose_engines
 from app.server import free_port
 from app.settings import Settings
 from tests.integration.api.conftest import ADMIN_KEY
@@ -82,7 +82,7 @@ def proxied(postgres_database: str) -> Iterator[tuple[str, TcpProxy]]:
             yield base, proxy
     finally:
         proxy.cut()
-        get_engine(through, settings.database_options()).dispose()
+        dispose_engines(through)
 
 
 @pytest.mark.postgres

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -108,37 +109,63 @@ def test_hosting_a_replica_of_the_others_task_opens_both_ways(api: Api, db_url: 
     assert visible(api, "B") == set()
 
 
-def test_a_movement_in_flight_opens_both_ways_until_it_ends(api: Api) -> None:
+def _active(api: Api, a: str, b: str, **terms: Any) -> int:
+    proposed = api.propose(a, b, price_min=0.2, price_max=0.3, **terms)
+    accepted = api.post(b, f"/v1/contracts/{proposed['id']}/accept", {"version": 1})
+    assert accepted.status_code == 200, accepted.text
+    return int(proposed["id"])
+
+
+def _place_at_b(db_url: str, *, replica_on: str | None = None) -> None:
+    """A's task q1 runs at B (as a federation file may place it), its replica on ``replica_on``."""
+    with unit_of_work(db_url) as session:
+        ids = {p.name: p.id for p in session.query(Participant)}
+        task = Task(name="q1", owner_id=ids["A"], host_id=ids["B"], load=5.0)
+        session.add(task)
+        session.flush()
+        if replica_on is not None:
+            technique = ReplicaTechnique.active_standby
+            session.add(
+                Replica(task_id=task.id, participant_id=ids[replica_on], technique=technique)
+            )
+
+
+def test_a_movement_in_flight_opens_both_ways_until_it_ends(api: Api, db_url: str) -> None:
     abcd(api)
-    assert api.post("A", "/v1/tasks", {"name": "q1", "load": 5.0}).status_code == 201
-    # The owner fails its task over to D (no contract between them): a prepared movement.
-    moved = api.post("A", "/v1/movements", {"task": "q1", "to": "D", "reason": "failover"})
+    _active(api, "A", "C", availability={"recovery": "precise", "replica_hosting": True})
+    _place_at_b(db_url, replica_on="C")
+    assert "C" not in visible(api, "B") and "B" not in visible(api, "C")
+    with unit_of_work(db_url) as session:  # the registry last heard of B an hour ago
+        b = session.query(Participant).filter_by(name="B").one()
+        b.last_heartbeat_at = b.last_heartbeat_at - timedelta(hours=1)
+    # C, which holds q1's replica, takes it over from the failed B (no contract between them).
+    moved = api.post("C", "/v1/movements", {"task": "q1", "to": "C", "reason": "failover"})
     assert moved.status_code == 201, moved.text
-    assert visible(api, "D") == {"A"} and visible(api, "A") == {"D"}
-    assert lookup(api, "D", "A").json()["endpoint"] == "grpc://10.0.0.1:7001"
-    aborted = api.post("A", f"/v1/movements/{moved.json()['id']}/abort")
+    assert "C" in visible(api, "B") and "B" in visible(api, "C")
+    assert lookup(api, "C", "B").json()["endpoint"] == FLIGHT["B"]
+    assert "D" not in visible(api, "C")
+    aborted = api.post("C", f"/v1/movements/{moved.json()['id']}/abort")
     assert aborted.status_code == 200, aborted.text
-    assert visible(api, "D") == set() and visible(api, "A") == set()
+    assert "C" not in visible(api, "B") and "B" not in visible(api, "C")
 
 
-def test_the_target_of_a_chain_s_last_hop_finds_the_owner(api: Api) -> None:
-    """A's task runs at B and moves on to C, which has no contract with A: C must still reach
-    A's endpoint (the task's inputs and output log live there), and only while it moves."""
+def test_the_target_of_a_chain_s_last_hop_finds_the_owner(api: Api, db_url: str) -> None:
+    """A's task runs at B and B sells it on to C, which has no contract with A: C must still
+    reach A's endpoint (the task's inputs and output log live there), and only while it moves."""
     abcd(api)
-    assert api.post("A", "/v1/tasks", {"name": "q1", "load": 5.0}).status_code == 201
-    first = api.post("A", "/v1/movements", {"task": "q1", "to": "B", "reason": "failover"})
-    assert first.status_code == 201, first.text
-    epoch = first.json()["epoch"]
-    assert (
-        api.post("B", f"/v1/movements/{first.json()['id']}/commit", {"epoch": epoch}).status_code
-        == 200
-    )
+    _active(api, "A", "B")
+    bc = _active(api, "B", "C")
+    _place_at_b(db_url)
     assert lookup(api, "C", "A").status_code == 404
-    onward = api.post("B", "/v1/movements", {"task": "q1", "to": "C", "reason": "failover"})
-    assert onward.status_code == 201, onward.text
+    offer = api.post("B", "/v1/offers", {"contract_id": bc, "tasks": ["q1"], "price": 0.25})
+    assert offer.status_code == 201, offer.text
+    path = f"/v1/offers/{offer.json()['id']}/accept"
+    accepted = api.post("C", path, {"version": offer.json()["version"]})
+    assert accepted.status_code == 200, accepted.text
     found = lookup(api, "C", "A")
     assert found.status_code == 200, found.text
     assert found.json()["endpoint"] == FLIGHT["A"]
     assert lookup(api, "D", "A").status_code == 404  # a stranger still learns nothing
-    assert api.post("C", f"/v1/movements/{onward.json()['id']}/abort").status_code == 200
+    movement = accepted.json()["movement_ids"][0]
+    assert api.post("C", f"/v1/movements/{movement}/abort").status_code == 200
     assert lookup(api, "C", "A").status_code == 404

@@ -31,7 +31,7 @@ from schemathesis.core.failures import FailureGroup
 from schemathesis.python import asgi
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from app.db.session import get_engine
+from app.db.session import dispose_engines
 from app.main import create_app
 from app.settings import Settings
 from tests.integration.api.conftest import ADMIN_KEY, Api
@@ -60,7 +60,7 @@ def seeded_app(sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory) 
         offer = {"contract_id": cid, "tasks": ["q1"], "price": 0.9}
         assert api.post("A", "/v1/offers", offer).status_code == 201
         yield app, api.keys
-    get_engine(url).dispose()
+    dispose_engines(url)
 
 
 def _run(schema: Any, session: Any, key: str) -> tuple[int, Counter[str], Counter[int]]:

@@ -20,12 +20,19 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_passive_standby_failover_through_the_registry(db_url: str, tmp_path) -> None:
-    with serve(Settings(database_url=db_url, admin_key=ADMIN, environment="test")) as url:
+    # The registry takes the failover only once it sees B failed: silent for 3 x 0.2 s.
+    settings = Settings(
+        database_url=db_url, admin_key=ADMIN, environment="test", heartbeat_interval_seconds=0.2
+    )
+    with serve(settings) as url:
         admin = FedloadClient(url, ADMIN)
         clients = {}
         for name in ("B", "B2"):
             key = admin._call("POST", "/v1/participants", json={"name": name, "capacity": 100})
             clients[name] = FedloadClient(url, key["api_key"])
+        # B's agent heartbeats once as it starts; the scenario's nodes run no heartbeat loop to
+        # the registry, so the registry sees B failed from then on (well before the crash).
+        clients["B"]._call("POST", "/v1/participants/me/heartbeat", json={})
         terms = {
             "partner": "B2",
             "price_min": 0.2,

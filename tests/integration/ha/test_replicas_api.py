@@ -76,7 +76,12 @@ def test_bad_input_is_refused_and_changes_nothing(api: Api, db_url: str) -> None
     before = registry_snapshot(db_url)
     assert api.post("A", "/v1/tasks/q1/replicas", {"k": 0}).status_code == 422
     assert api.post("A", "/v1/tasks/nope/replicas", {"k": 1}).status_code == 404
-    assert api.post("B", "/v1/tasks/q1/replicas", {"k": 1}).status_code == 403
+    # B holds no copy of q1: the same 404 as for an unknown name (issue 15).
+    refused = api.post("B", "/v1/tasks/q1/replicas", {"k": 1})
+    assert refused.status_code == 404
+    assert refused.json() == api.post("B", "/v1/tasks/nope/replicas", {"k": 1}).json() | {
+        "detail": "no task named 'q1'"
+    }
     bad_state = api.client.put(
         "/v1/replicas/q1/state", json={"state": "HAPPY"}, headers=api.headers("B")
     )

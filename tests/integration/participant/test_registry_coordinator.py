@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 
+from app.db.base import utcnow
+from app.db.session import unit_of_work
+from app.models import Participant
 from app.participant.client import ApiError, FedloadClient
 from app.settings import Settings
 from spark_jobs.runtime.coordinator import MovementRefused
@@ -63,16 +67,27 @@ def test_load_move_adopts_the_accepted_offer_and_commit_fences(clients: dict) ->
         coordinator.commit(move.movement_id)
 
 
-def test_failover_prepare_abort_is_idempotent_and_keeps_host(clients: dict) -> None:
+def test_failover_prepare_abort_is_idempotent_and_keeps_host(clients: dict, db_url: str) -> None:
     a, c = clients["A"], clients["C"]
     coordinator = RegistryCoordinator({"A": a, "C": c})
+    # Only the replica's host takes the task over, and only from a host seen failed (issue 15):
+    # without a copy, C does not even see the task.
+    with pytest.raises(MovementRefused, match="task 'frag' not found"):
+        coordinator.prepare("frag", "A", "C", "failover")
+    a._call("POST", "/v1/tasks/frag/replicas", json={"k": 1})
+    with pytest.raises(MovementRefused, match="as unknown, not failed"):
+        coordinator.prepare("frag", "A", "C", "failover")
+    with unit_of_work(db_url) as session:  # A's agent last heartbeated an hour ago
+        session.query(Participant).filter_by(name="A").one().last_heartbeat_at = (
+            utcnow() - timedelta(hours=1)
+        )
     move = coordinator.prepare("frag", "A", "C", "failover")
     with pytest.raises(MovementRefused, match=r"already being moved"):
         coordinator.prepare("frag", "A", "C", "failover")
     coordinator.abort(move.movement_id, "target crashed")
     coordinator.abort(move.movement_id, "again")
     assert (coordinator.host("frag"), coordinator.current_epoch("frag")) == ("A", 0)
-    with pytest.raises(MovementRefused, match="A already hosts task frag"):
+    with pytest.raises(MovementRefused, match="A hosts no replica or standby of task frag"):
         coordinator.prepare("frag", "C", "A", "failover")
 
 

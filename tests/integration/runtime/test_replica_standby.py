@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 
+from app.db.base import utcnow
+from app.db.session import unit_of_work
+from app.models import Participant
 from app.participant.bpm_decisions import BpmDecisions
 from app.participant.client import FedloadClient
 from app.participant.command import RegistryLoads
@@ -222,7 +226,7 @@ on_sqlite = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 
 @on_sqlite
 def test_agent_moves_the_standby_through_the_registry_and_fails_over_to_it(
-    servers, make_runtime, registry
+    servers, make_runtime, registry, db_url
 ):
     expected = reference(make_runtime, servers)
     declare(servers["source"], "conns").close()
@@ -250,6 +254,12 @@ def test_agent_moves_the_standby_through_the_registry_and_fails_over_to_it(
 
         # A dies; D, the replica's host, notices and takes over from the standby it received.
         a.discard("frag")
+        # The registry takes a failover only from a host it sees failed: A's heartbeats stopped
+        # (this test runs no agent heartbeat loop: its last one is dated an hour back).
+        with unit_of_work(db_url) as session:
+            session.query(Participant).filter_by(name="A").one().last_heartbeat_at = (
+                utcnow() - timedelta(hours=1)
+            )
         failover = relocate(
             spec,
             AlreadyShipped("A", STANDBY_SHIPMENT),
