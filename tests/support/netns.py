@@ -12,11 +12,14 @@ carry a per-run tag so parallel runs never meet.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import secrets
 import shutil
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -121,11 +124,7 @@ class Hosts:
         """Delete every namespace, veth and the bridge; returns what could not be removed."""
         left = []
         for namespace in self.namespaces.values():
-            pids = subprocess.run(
-                ["ip", "netns", "pids", namespace], capture_output=True, text=True
-            ).stdout.split()
-            if pids:
-                left.append(f"{namespace} still runs {pids}")
+            _stop_what_runs_in(namespace)
             if subprocess.run(["ip", "netns", "del", namespace], capture_output=True).returncode:
                 left.append(namespace)
         for veth in self._veths:  # gone with its namespace's end unless the move failed
@@ -133,6 +132,24 @@ class Hosts:
         if subprocess.run(["ip", "link", "del", self.bridge], capture_output=True).returncode:
             left.append(self.bridge)
         return left
+
+
+def _pids_in(namespace: str) -> list[int]:
+    found = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True)
+    return [int(pid) for pid in found.stdout.split()]
+
+
+def _stop_what_runs_in(namespace: str, grace_s: float = 30.0) -> None:
+    """A namespace outlives its deletion while a process runs in it. The test stopped its
+    processes; their children (a Spark JVM, PySpark's workers) may take a while to follow,
+    and whatever is still there after the grace period is this run's own and is killed."""
+    deadline = time.monotonic() + grace_s
+    while _pids_in(namespace) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for pid in _pids_in(namespace):
+        print(f"killing pid {pid}, still running in {namespace} after {grace_s:.0f} s")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 @contextmanager

@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 from app.federation.document import load_federation
 from spark_jobs.scenarios.processes import AgentSettings, Placement, ProcessFederation
 from spark_jobs.scenarios.reference import check_fragment
+
 from tests.integration.participant.agents import (
     FEDERATION,
     GENERATOR,
@@ -27,6 +28,10 @@ from tests.integration.participant.agents import (
     wait_for,
 )
 
+# Each agent starts a JVM and PySpark workers in its own host: 1-2 minutes each under the load
+# of a shared 2-vCPU machine (90 s to a session, 50 s more to a first job, measured under a
+# load of 20), far less on a quiet one.
+START_TIMEOUT_S = 600.0
 # Each agent's Spark driver: small, as the machine is shared (the default heap is 1 GB).
 SMALL_DRIVER = ("--spark-conf", "spark.driver.memory=512m")
 
@@ -67,17 +72,17 @@ def move_o_x_from_s_to_t(fed: ProcessFederation, spark: SparkSession) -> dict[st
     for name in ("O", "S", "T"):
         fed.start_agent(name)
     admin = fed.admin()
-    wait_for("O.x to write output from S", lambda: output_rows(admin, "O.x") > 0, 300)
+    wait_for("O.x to write output from S", lambda: output_rows(admin, "O.x") > 0, START_TIMEOUT_S)
     assert host_of(admin, "O.x") == "S"
 
     overload_s(admin)
-    moved = wait_for("T to record the move", lambda: list(fed.moves()), 300)
+    moved = wait_for("T to record the move", lambda: list(fed.moves()), START_TIMEOUT_S)
     assert [(m["task"], m["src"], m["dst"], m["reason"]) for m in moved] == [
         ("O.x", "S", "T", "load")
     ]
     assert moved[0]["state_bytes"] > 10_000, "the window state travelled with the fragment"
     assert host_of(admin, "O.x") == "T"
-    grows(admin, "O.x", timeout=300)
+    grows(admin, "O.x", timeout=START_TIMEOUT_S)
 
     endpoint = admin.endpoint("O")
     assert endpoint is not None
