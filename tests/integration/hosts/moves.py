@@ -16,7 +16,6 @@ from pyspark.sql import SparkSession
 from app.federation.document import load_federation
 from spark_jobs.scenarios.processes import AgentSettings, Placement, ProcessFederation
 from spark_jobs.scenarios.reference import check_fragment
-
 from tests.integration.participant.agents import (
     FEDERATION,
     GENERATOR,
