@@ -14,7 +14,8 @@ import pytest
 from tests.integration.hosts.moves import move_o_x_from_s_to_t, placed_federation
 from tests.support.netns import Hosts, separate_hosts
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+# Three agents' JVMs start at once: minutes on a quiet machine, up to fifteen on a loaded one.
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 # A host of its own has every port free: fixed ones, so a restarted agent keeps its endpoint.
 SERVICE_PORT, AGENT_PORT = 8000, 7001

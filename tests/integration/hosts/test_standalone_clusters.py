@@ -17,7 +17,12 @@ from tests.integration.hosts.moves import move_o_x_from_s_to_t, placed_federatio
 from tests.support.components import require, require_java
 from tests.support.spark_cluster import StandaloneCluster, cluster_problem, standalone_cluster
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+# Two clusters, three agents and their executors are a dozen JVMs: on a quiet machine a few
+# minutes, on this shared one up to twenty (an executor JVM took 2.7 min to register under a
+# load of 24).
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1500)]
+# The agent's wait for its first executor (default 90 s) sized for that load.
+EXECUTOR_WAIT = ("--spark-conf", "spark.fedload.executorWaitSeconds=600")
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +46,7 @@ def _on_cluster(cluster: StandaloneCluster, checkpoints: Path) -> Placement:
             cluster.url,
             "--checkpoint-dir",
             checkpoints.as_uri(),
+            *EXECUTOR_WAIT,
         )
     )
 
