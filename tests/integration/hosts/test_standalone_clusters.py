@@ -107,4 +107,6 @@ def test_an_agent_whose_cluster_gives_no_executor_stops_with_a_clear_error(
             timeout=240,
         )
     assert done.returncode == 3, done.stderr[-3000:]
-    assert f"no executor registered with this driver from {nowhere} within 5 s" in done.stderr
+    # Either our wait ran out ("no executor registered ... within 5 s") or Spark gave up on
+    # the master first; both end the agent with the reason, never a hang.
+    assert "Spark did not start" in done.stderr, done.stderr[-3000:]
