@@ -69,6 +69,9 @@ class AgentOptions:
     data_dir: Path
     listen: str = "127.0.0.1:0"
     advertise: str | None = None
+    # Fragment checkpoints: a path or URI the Spark executors share (default: data_dir's
+    # "checkpoints", enough for local mode and for a cluster on this one machine).
+    checkpoint_dir: str | None = None
     spark_master: str | None = None
     spark_conf: dict[str, str] = field(default_factory=dict)
     spark_eager: bool = False
@@ -90,6 +93,12 @@ class AgentContext:
 
 
 HostFactory = Callable[[AgentContext], tuple[Host, Mover]]
+
+
+class HostFailure(RuntimeError):
+    """The data plane cannot go on (Spark did not start, its cluster gave no executor): the
+    agent stops with this message rather than retry forever."""
+
 
 # Back-off while the service is unreachable: 0.5 s doubling to 15 s, each wait drawn from
 # [half, full] so that a federation's agents do not all return in the same instant.
@@ -156,6 +165,9 @@ def run_agent(options: AgentOptions, make_host: HostFactory) -> int:
                 accept_fragments=options.accept_fragments,
             )
             _loop(node, client, options, stop)
+        except HostFailure as error:
+            log.error("%s: %s", options.participant, error)
+            return 3
         finally:
             host.close()
         return 0
@@ -171,6 +183,8 @@ def _loop(node: Agent, client: FedloadClient, options: AgentOptions, stop: threa
         try:
             liveness = {p["name"]: p["liveness"] for p in client.participants()}
             node.tick(began - started, liveness=liveness)
+        except HostFailure:
+            raise
         except Exception as error:
             if not _unreachable(error):
                 log.exception("tick failed; the agent goes on")
@@ -227,13 +241,24 @@ def agent_command(host_factory: Callable[[], HostFactory]) -> Callable[..., None
         advertise: str | None = typer.Option(
             None,
             "--advertise",
-            help="HOST[:PORT] partners reach the endpoint at (default: listen).",
+            help="HOST[:PORT] partners reach the endpoint at (default: listen); required when "
+            "listening on all interfaces. Its host is also the Spark driver's address.",
         ),
         data_dir: Path = typer.Option(
             ..., "--data-dir", help="Checkpoints and the move log; keep it across restarts."
         ),
+        checkpoint_dir: str | None = typer.Option(
+            None,
+            "--checkpoint-dir",
+            help="Path or URI (file://, hdfs://, s3://) for fragment checkpoints, shared by the "
+            "Spark executors (default: DATA_DIR/checkpoints).",
+        ),
         spark_master: str | None = typer.Option(
-            None, "--spark-master", envvar="SPARK_MASTER", help="Spark master (default local[2])."
+            None,
+            "--spark-master",
+            envvar="SPARK_MASTER",
+            help="Spark master, e.g. spark://HOST:7077 for a standalone cluster (default "
+            "local[2]); fedload's code is shipped to the executors.",
         ),
         spark_conf: list[str] = typer.Option(
             [], "--spark-conf", help="Extra Spark setting KEY=VALUE; repeatable."
@@ -259,6 +284,21 @@ def agent_command(host_factory: Callable[[], HostFactory]) -> Callable[..., None
             listen_host, listen_port = parse_address(listen)
         except ValueError as error:
             raise typer.BadParameter(str(error), param_hint="--listen") from error
+        if listen_host in WILDCARDS and not advertise:
+            raise typer.BadParameter(
+                f"{listen} listens on every interface: give the address partners reach it at",
+                param_hint="--advertise",
+            )
+        if advertise is not None and advertised_host(listen, advertise) in (*WILDCARDS, ""):
+            raise typer.BadParameter(
+                f"{advertise!r} is no address a partner can reach", param_hint="--advertise"
+            )
+        if spark_master is not None and not spark_master.startswith(SPARK_MASTER_FORMS):
+            raise typer.BadParameter(
+                f"{spark_master!r} is no Spark master URL (expected one of "
+                f"{', '.join(f + '...' for f in SPARK_MASTER_FORMS)})",
+                param_hint="--spark-master",
+            )
         # Now, in one line, rather than after contacting the service and starting the host.
         ensure_free_port(listen_host, listen_port, "--listen")
         model = None
@@ -275,6 +315,7 @@ def agent_command(host_factory: Callable[[], HostFactory]) -> Callable[..., None
             data_dir=data_dir,
             listen=listen,
             advertise=advertise,
+            checkpoint_dir=checkpoint_dir,
             spark_master=spark_master,
             spark_conf=_key_values(spark_conf),
             spark_eager=spark_eager,
@@ -288,6 +329,19 @@ def agent_command(host_factory: Callable[[], HostFactory]) -> Callable[..., None
         raise typer.Exit(run_agent(options, host_factory()))
 
     return agent
+
+
+WILDCARDS = ("0.0.0.0", "::", "[::]")
+SPARK_MASTER_FORMS = ("local", "spark://", "yarn", "k8s://", "mesos://")
+
+
+def advertised_host(listen: str, advertise: str | None) -> str:
+    """The host part partners (and Spark executors) reach this agent at."""
+    if advertise:
+        text = advertise.removeprefix("grpc://")
+        host, sep, port = text.rpartition(":")
+        return host if sep and port.isdigit() else text
+    return parse_address(listen)[0]
 
 
 def parse_address(address: str) -> tuple[str, int]:

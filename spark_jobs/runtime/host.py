@@ -27,6 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
+from spark_jobs.runtime.checkpoint_store import CheckpointStore
 from spark_jobs.runtime.listeners import ProgressListener
 from spark_jobs.runtime.soutput import SOutput
 from spark_jobs.runtime.sunion import SUnionDataSource
@@ -176,7 +177,7 @@ class FragmentRuntime:
         self,
         name: str,
         spark: SparkSession | Callable[[], SparkSession],
-        checkpoint_root: Path,
+        checkpoint_root: Path | str,
         *,
         authorize_release: Callable[[str, int], bool] | None = None,
         server: StreamServer | None = None,
@@ -185,7 +186,10 @@ class FragmentRuntime:
         serves its Flight endpoint from the start but pays for a JVM only once it hosts a real
         fragment). ``authorize_release(fragment, movement)`` guards remote release requests: an
         agent passes a check that the registry holds that movement as prepared from this host.
-        ``server`` is the host's Flight endpoint (default: a new one on loopback)."""
+        ``server`` is the host's Flight endpoint (default: a new one on loopback).
+        ``checkpoint_root`` is a path or a URI (``CheckpointStore``): on a cluster, storage the
+        executors share; fragments' checkpoints are packed from and installed to it there. DPC's
+        redo copies and warm standby read checkpoint directories as local paths."""
         self.name = name
         self._spark: SparkSession | None = None
         self._spark_lock = threading.Lock()
@@ -194,8 +198,9 @@ class FragmentRuntime:
             self._spark = spark
         else:
             self._spark_factory = spark
-        self.checkpoint_root = Path(checkpoint_root)
-        self.checkpoint_root.mkdir(parents=True, exist_ok=True)
+        self.store = CheckpointStore(checkpoint_root)
+        # Local storage (a path or file:// URI) also serves DPC and standby, which read the tree.
+        self.checkpoint_root = self.store.local_root or Path(self.store.root)
         self.server = server if server is not None else StreamServer()
         self.server.handler = self
         self.location = self.server.location
@@ -228,6 +233,11 @@ class FragmentRuntime:
     def _attach(self, spark: SparkSession) -> None:
         spark.dataSource.register(SUnionDataSource)
         spark.streams.addListener(self._boundaries)
+
+    def _location(self, fragment: str) -> str:
+        if fragment in self._checkpoint_dirs:
+            return str(self._checkpoint_dirs[fragment])
+        return self.store.location(fragment)
 
     def checkpoint_dir(self, fragment: str) -> Path:
         return self._checkpoint_dirs.get(fragment, self.checkpoint_root / fragment)
@@ -289,9 +299,7 @@ class FragmentRuntime:
         ``sink`` replaces the plain SOutput (DPC passes its own, kept across restarts)."""
         if self.is_running(spec.name):
             raise RuntimeError(f"{spec.name} already runs on {self.name}")
-        return self._launch(
-            spec, spec.name, self.checkpoint_dir(spec.name), epoch, replay_from, sink
-        )
+        return self._launch(spec, spec.name, self._location(spec.name), epoch, replay_from, sink)
 
     def start_copy(
         self, spec: FragmentSpec, copy: str, checkpoint_dir: Path, *, epoch: int, sink: SOutput
@@ -302,7 +310,7 @@ class FragmentRuntime:
         if self.is_running(copy):
             raise RuntimeError(f"{copy} already runs on {self.name}")
         self._copy_dirs[copy] = Path(checkpoint_dir)
-        return self._launch(spec, copy, Path(checkpoint_dir), epoch, None, sink)
+        return self._launch(spec, copy, str(checkpoint_dir), epoch, None, sink)
 
     def adopt(self, fragment: str, copy: str) -> None:
         """The running copy becomes the fragment's query, its directory the fragment's
@@ -316,7 +324,7 @@ class FragmentRuntime:
         self,
         spec: FragmentSpec,
         slot: str,
-        checkpoint_dir: Path,
+        checkpoint_location: str,
         epoch: int,
         replay_from: int | None,
         sink: SOutput | None,
@@ -342,7 +350,7 @@ class FragmentRuntime:
             .writeStream.queryName(f"{slot}@{self.name}")
             .outputMode("append")
             .foreachBatch(sink)
-            .option("checkpointLocation", str(checkpoint_dir))
+            .option("checkpointLocation", checkpoint_location)
             .trigger(processingTime=f"{int(spec.trigger_seconds * 1000)} milliseconds")
             .start()
         )
@@ -386,17 +394,25 @@ class FragmentRuntime:
     def pack(self, fragment: str) -> PackedCheckpoint:
         if self.is_running(fragment):
             raise RuntimeError(f"stop {fragment} on {self.name} before packing its checkpoint")
-        return pack_directory(self.checkpoint_dir(fragment))
+        if fragment in self._checkpoint_dirs:
+            return pack_directory(self.checkpoint_dir(fragment))
+        return self.store.pack(fragment)
 
     def restore(self, fragment: str, movement: int) -> None:
         """Install the checkpoint shipped to this host's server for ``movement``."""
         packed = self.server.take_checkpoint(fragment, movement)
-        unpack_directory(packed, self.checkpoint_dir(fragment))
+        if fragment in self._checkpoint_dirs:
+            unpack_directory(packed, self.checkpoint_dir(fragment))
+        else:
+            self.store.unpack(fragment, packed)
 
     def discard(self, fragment: str) -> None:
         """Forget a fragment that moved away (its checkpoint now lives at the new host)."""
         self.stop(fragment)
-        shutil.rmtree(self.checkpoint_dir(fragment), ignore_errors=True)
+        if fragment in self._checkpoint_dirs:
+            shutil.rmtree(self.checkpoint_dir(fragment), ignore_errors=True)
+        else:
+            self.store.remove(fragment)
 
     # -- HostHandler: what a remote mover may ask of this host --------------------------------
     def release_for(self, fragment: str, movement: int) -> PackedCheckpoint:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -42,7 +41,13 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from app.participant.client import ApiError, FedloadClient
-from app.participant.command import AgentContext, parse_address
+from app.participant.command import (
+    WILDCARDS,
+    AgentContext,
+    HostFailure,
+    advertised_host,
+    parse_address,
+)
 from app.participant.ports import Host, MovementRecord, Mover, Received, TaskRecord
 from spark_jobs.fragments import catalogue
 from spark_jobs.generators import ConnectionGenerator, RateSchedule
@@ -50,7 +55,7 @@ from spark_jobs.runtime.host import FragmentRuntime, FragmentSpec, StreamRef
 from spark_jobs.runtime.movement import RemoteHost, relocate
 from spark_jobs.runtime.registry_coordinator import PreparedMovementCoordinator, abort_once
 from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient, StreamServer, publish
-from spark_jobs.session import build_session
+from spark_jobs.session import build_session, is_local
 
 log = logging.getLogger("fedload.agent.host")
 
@@ -131,6 +136,7 @@ class SparkParticipantHost:
         listen: str = "127.0.0.1:0",
         advertise: str | None = None,
         spark: Callable[[], SparkSession] | None = None,
+        checkpoints: str | Path | None = None,
         accept_fragments: frozenset[str] | None = None,
         load_per_row: float = LOAD_PER_ROW,
     ) -> None:
@@ -143,7 +149,7 @@ class SparkParticipantHost:
         self.runtime = FragmentRuntime(
             name,
             spark or (lambda: build_session(app_name=f"fedload-{name}", master="local[2]")),
-            self._data_dir / "checkpoints",
+            checkpoints or self._data_dir / "checkpoints",
             server=self.server,
         )
         # Release, reinstate and retire requests from other agents are checked here against the
@@ -161,6 +167,9 @@ class SparkParticipantHost:
         self._warming: threading.Thread | None = None
         self._pause = PausePoints(self._data_dir, os.environ.get(FAULT_PAUSE_ENV))
         self.errors: list[str] = []
+        # Why Spark cannot run here (no executor from the cluster, say): the next tick ends
+        # the agent with it, rather than retrying a start that cannot succeed.
+        self.fatal: str | None = None
 
     @property
     def endpoint(self) -> str:
@@ -183,9 +192,12 @@ class SparkParticipantHost:
             self.runtime.spark  # noqa: B018 - the property builds the session
         except Exception as error:
             self._note(f"Spark did not start: {error}")
+            self.fatal = f"Spark did not start: {type(error).__name__}: {error}"
 
     # -- Host ------------------------------------------------------------------------------
     def reconcile(self, tasks: Sequence[TaskRecord]) -> None:
+        if self.fatal is not None:
+            raise HostFailure(self.fatal)
         self._endpoints = {}  # read partners' endpoints afresh each tick: an agent may restart
         self._records = {t.name: t for t in tasks}
         for task in tasks:
@@ -412,8 +424,8 @@ class SparkParticipantHost:
         return [f for f in self.runtime.started() if self.runtime.is_running(f)]
 
     def _drop_moved_away(self) -> None:
-        root = self.runtime.checkpoint_root
-        local = {p.name for p in root.iterdir() if p.is_dir()} if root.exists() else set()
+        store = self.runtime.store
+        local = set(store.fragments())
         local |= set(self.runtime.started())
         for fragment in local:
             record = self._records.get(fragment)
@@ -430,7 +442,7 @@ class SparkParticipantHost:
             log.info("%s is hosted elsewhere now; dropping the local copy", fragment)
             with self._fragment_lock(fragment):
                 self.runtime.retire(fragment)
-            shutil.rmtree(root / fragment, ignore_errors=True)
+            store.remove(fragment)
 
     def _gone(self, fragment: str) -> bool:
         """A local copy of a task this participant can no longer see: it neither hosts nor owns
@@ -488,16 +500,36 @@ AGENT_SPARK_CONF = {
 }
 
 
+# On a cluster the executors' share: small, as the fragments are (override with --spark-conf).
+CLUSTER_SPARK_CONF = {
+    "spark.executor.memory": "512m",
+    "spark.executor.cores": "2",
+    "spark.cores.max": "2",
+}
+
+
 def spark_factory(
-    name: str, master: str | None, conf: Mapping[str, str]
+    name: str,
+    master: str | None,
+    conf: Mapping[str, str],
+    *,
+    driver_host: str | None = None,
+    bind_address: str | None = None,
 ) -> Callable[[], SparkSession]:
+    """``driver_host``/``bind_address``: where executors reach this agent's driver and the
+    interface it listens on (the agent passes its advertised and listen hosts)."""
+    master = master or "local[2]"
+
     def build() -> SparkSession:
-        log.info("%s hosts its first fragment: starting Spark (%s)", name, master or "local[2]")
+        log.info("%s hosts its first fragment: starting Spark (%s)", name, master)
+        cluster = {} if is_local(master) else CLUSTER_SPARK_CONF
         return build_session(
             app_name=f"fedload-{name}",
-            master=master or "local[2]",
+            master=master,
             shuffle_partitions=2,
-            extra={**AGENT_SPARK_CONF, **conf},
+            extra={**AGENT_SPARK_CONF, **cluster, **conf},
+            driver_host=driver_host,
+            bind_address=bind_address,
         )
 
     return build
@@ -506,13 +538,23 @@ def spark_factory(
 def make_host(context: AgentContext) -> tuple[Host, Mover]:
     """``fedload agent``'s data plane: this module's host, as both ``Host`` and ``Mover``."""
     options = context.options
+    listen_host, _ = parse_address(options.listen)
+    # The driver listens where the agent does; on every interface when the agent does.
+    bind = "0.0.0.0" if listen_host in WILDCARDS else listen_host
     host = SparkParticipantHost(
         options.participant,
         context.client,
         options.data_dir,
         listen=options.listen,
         advertise=options.advertise,
-        spark=spark_factory(options.participant, options.spark_master, options.spark_conf),
+        spark=spark_factory(
+            options.participant,
+            options.spark_master,
+            options.spark_conf,
+            driver_host=advertised_host(options.listen, options.advertise),
+            bind_address=bind,
+        ),
+        checkpoints=options.checkpoint_dir,
         accept_fragments=options.accept_fragments,
     )
     if options.spark_eager:

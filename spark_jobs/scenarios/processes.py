@@ -28,19 +28,38 @@ from app.federation.apply import apply_federation
 from app.federation.document import FederationDoc
 from app.participant.client import FedloadClient
 
+LOOPBACK = "127.0.0.1"
 
-def free_port(host: str = "127.0.0.1") -> int:
+
+def free_port(host: str = LOOPBACK) -> int:
     with socket.socket() as probe:
         probe.bind((host, 0))
         return int(probe.getsockname()[1])
 
 
-def _python_env(extra: Mapping[str, str]) -> dict[str, str]:
+def _python_env(extra: Mapping[str, str], placement: Placement | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("PYSPARK_PYTHON", sys.executable)
-    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if placement is None or placement.address == LOOPBACK:
+        env.setdefault("SPARK_LOCAL_IP", LOOPBACK)
+    else:
+        # The parent's address means nothing on another host: the agent sets its own.
+        env.pop("SPARK_LOCAL_IP", None)
     env.update(extra)
     return env
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one process of the federation runs: its address, a command prefix that puts it on
+    its host (``ip netns exec NS`` for a network namespace; empty: this machine), a fixed port
+    (a host of its own has every port free; None: a free one on loopback) and extra arguments
+    (an agent's ``--spark-master``, say)."""
+
+    address: str = LOOPBACK
+    prefix: tuple[str, ...] = ()
+    port: int | None = None
+    args: tuple[str, ...] = ()
 
 
 @dataclass
@@ -134,6 +153,9 @@ class ProcessFederation:
     heartbeat_interval: float = 2.0
     admin_key: str = "federation-admin-key"
     agent_settings: AgentSettings = field(default_factory=AgentSettings)
+    # Where the service and each agent run (default: loopback on this machine).
+    service_placement: Placement = field(default_factory=Placement)
+    placements: dict[str, Placement] = field(default_factory=dict)
     keys: dict[str, str] = field(default_factory=dict)
     agents: dict[str, Managed] = field(default_factory=dict)
     service: Managed | None = None
@@ -158,11 +180,23 @@ class ProcessFederation:
                 session, self.doc, actor=f"file:{self.doc.source}"
             ).new_keys
         dispose_engines(self.registry_url)
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
+        where = self.service_placement
+        port = where.port or free_port()
+        self.url = f"http://{where.address}:{port}"
         self.service = Managed(
             "service",
-            [sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            [
+                *where.prefix,
+                sys.executable,
+                "-m",
+                "app",
+                "serve",
+                "--host",
+                where.address,
+                "--port",
+                str(port),
+                *where.args,
+            ],
             _python_env(
                 {
                     "DATABASE_URL": self.registry_url,
@@ -170,7 +204,8 @@ class ProcessFederation:
                     "FEDLOAD_ENVIRONMENT": "development",
                     "FEDLOAD_MOVEMENT_LEASE_SECONDS": str(self.lease_seconds),
                     "FEDLOAD_HEARTBEAT_INTERVAL_SECONDS": str(self.heartbeat_interval),
-                }
+                },
+                where,
             ),
             self.work / "service.log",
         ).start()
@@ -200,10 +235,12 @@ class ProcessFederation:
     def start_agent(self, name: str, *, env: Mapping[str, str] | None = None) -> Managed:
         """Start (or start again, on the same endpoint and data directory) ``name``'s agent."""
         settings = self.agent_settings
-        port = self._ports.setdefault(name, free_port())
+        where = self.placements.get(name, Placement())
+        port = self._ports.setdefault(name, where.port or free_port())
         data = self.work / "agents" / name
         data.mkdir(parents=True, exist_ok=True)
         argv = [
+            *where.prefix,
             sys.executable,
             "-m",
             "app",
@@ -215,7 +252,7 @@ class ProcessFederation:
             "--key",
             self.keys[name],
             "--listen",
-            f"127.0.0.1:{port}",
+            f"{where.address}:{port}",
             "--data-dir",
             str(data),
             "--interval",
@@ -226,11 +263,12 @@ class ProcessFederation:
             str(settings.hysteresis),
             *(["--spark-eager"] if settings.spark_eager else []),
             *settings.extra_args,
+            *where.args,
         ]
         previous = self.agents.get(name)
         if previous is not None:
             previous.kill()
-        agent = Managed(name, argv, _python_env(dict(env or {})), data / "agent.log")
+        agent = Managed(name, argv, _python_env(dict(env or {}), where), data / "agent.log")
         self.agents[name] = agent.start()
         return agent
 
