@@ -284,7 +284,8 @@ def _run_large(
         ):
             summary = job.run_large(spec, out, console=console, master=master, **given)
     except SparkRunError as exc:
-        raise _fail(f"{spec.source}: {exc}") from exc
+        # A failed run, not a mistake in the command: status 1, as for failed simulations.
+        raise _fail(f"{spec.source}: {exc}", status=1) from exc
     except LargeFederationError as exc:
         if spec.source == "--large":
             raise _fail(

@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -24,6 +26,14 @@ ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 # A liveness bound, not a timing claim: before issue 15 these requests stalled for ~30 s and
 # then failed with the pool's timeout; now each is answered (by work or by a 503) long before.
 DEADLINE_SECONDS = 20.0
+T = TypeVar("T")
+
+
+def run_coroutine(coroutine: Coroutine[Any, Any, T]) -> T:
+    # On a thread of its own: earlier tests in the same process (Playwright's sync API) may
+    # leave an event loop running in the main thread, where asyncio.run() refuses to start.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 def seed(base: str) -> tuple[dict[str, dict[str, str]], int]:
@@ -87,7 +97,7 @@ def test_a_hundred_concurrent_clients_are_all_answered_without_a_500(service: st
                 )
             )
 
-    statuses = Counter(asyncio.run(hundred()))
+    statuses = Counter(run_coroutine(hundred()))
     assert sum(statuses.values()) == 100
     assert set(statuses) <= {200, 201, 409, 503}, statuses
     # The accepts are contested: exactly one of the 20 won, unless every one was shed.
@@ -145,7 +155,7 @@ def test_an_overloaded_worker_sheds_with_503_and_retry_after_at_once(
                     assert time.monotonic() < deadline, "the accepts never reached the lock"
                     await asyncio.sleep(0.05)
 
-        done, shed, health = asyncio.run(scenario())
+        done, shed, health = run_coroutine(scenario())
     locker.dispose()
     assert sorted(done) == [200, 409]  # one accept won, the other saw the new version
     assert [r.status_code for r in shed] == [503] * 10
