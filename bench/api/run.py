@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -115,19 +116,22 @@ def service(database_url: str, workers: int, extra_env: dict[str, str]) -> Itera
         **extra_env,
     }
     command = [sys.executable, "-m", "app", "serve", "--host", HOST, "--port", str(port)]
+    # The service logs one JSON line per request to stderr: into a file, never an unread pipe
+    # (a full pipe blocks the server's logging, and with it every request).
+    log = tempfile.TemporaryFile()  # noqa: SIM115 (closed after the service stops)
     process = subprocess.Popen(
         [*command, "--workers", str(workers)],
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log,
         start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 120
         while True:
             if process.poll() is not None:
-                assert process.stderr is not None
-                failure = process.stderr.read().decode()[-2000:]
+                log.seek(0)
+                failure = log.read().decode()[-2000:]
                 raise RuntimeError(f"fedload serve exited: {failure}")
             try:
                 if httpx.get(f"http://{HOST}:{port}/readyz", timeout=2).status_code == 200:
@@ -146,6 +150,7 @@ def service(database_url: str, workers: int, extra_env: dict[str, str]) -> Itera
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+        log.close()
 
 
 def seed(port: int, users: int) -> list[tuple[str, str, str]]:
