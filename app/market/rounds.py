@@ -516,19 +516,7 @@ def water_filling_bound(fed: LargeFederation, *, iterations: int = 200) -> float
     if total >= cap.sum():
         return float("inf")
 
-    def placed(lam: float) -> FloatArray:
-        return np.maximum(cap - np.sqrt(scale * cap / lam), 0.0)
-
-    lo, hi = 1e-12, 1.0
-    while placed(hi).sum() < total:
-        hi *= 2.0
-    for _ in range(iterations):
-        mid = (lo + hi) / 2.0
-        if placed(mid).sum() < total:
-            lo = mid
-        else:
-            hi = mid
-    return float(mm1_cost(cap, scale, placed(hi)).sum())
+    return _water_filled_cost(cap, scale, total, 0.0, np.inf, iterations)
 
 
 def bounded_price_bound(fed: LargeFederation, *, iterations: int = 200) -> float:
@@ -559,6 +547,20 @@ def bounded_price_bound(fed: LargeFederation, *, iterations: int = 200) -> float
     low = np.where(has, np.minimum(load, keep), load)
     high = np.where(has, np.maximum(load, fill), load)
     total = float(load.sum())
+
+    return _water_filled_cost(cap, scale, total, low, high, iterations)
+
+
+def _water_filled_cost(
+    cap: FloatArray,
+    scale: FloatArray,
+    total: float,
+    low: FloatArray | float,
+    high: FloatArray | float,
+    iterations: int,
+) -> float:
+    """The M/M/1 cost of ``total`` load split at one marginal cost (bisection on it), each
+    participant's share clipped to [low, high]."""
 
     def placed(lam: float) -> FloatArray:
         return np.clip(cap - np.sqrt(scale * cap / lam), low, high)
