@@ -54,6 +54,25 @@ def marginal_cost(model: CostModel, load: float, delta: float) -> float:
     return abs(after - before) / abs(delta)
 
 
+def mm1_removal_savings(
+    capacity: np.ndarray, scale: np.ndarray, load: np.ndarray, size: np.ndarray
+) -> np.ndarray:
+    """``marginal_cost(MM1Cost(capacity, scale), load, -size)`` element-wise (each size > 0).
+
+    The scalar path's operations in the same order (``MM1Cost.cost`` at max(load - size, 0)
+    and at load, the absolute difference over the size; infinite when either cost is): IEEE
+    arithmetic gives identical doubles, which the simulator relies on to decide exactly as the
+    scalar path would.
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        u_after = np.maximum(load - size, 0.0) / capacity
+        u_before = load / capacity
+        after = np.where(u_after >= 1.0, np.inf, scale * u_after / (1.0 - u_after))
+        before = np.where(u_before >= 1.0, np.inf, scale * u_before / (1.0 - u_before))
+        saving = np.abs(after - before) / np.abs(-size)
+    return np.where(np.isinf(after) | np.isinf(before), np.inf, saving)
+
+
 def set_marginal_cost(
     model: CostModel, load: float, task_loads: Sequence[float], *, add: bool
 ) -> float:
