@@ -360,7 +360,11 @@ def route_to_room(
         giver, taker, pmin, pmax = fed.directed()
 
         def step(
-            frontier: BoolArray, labelled: BoolArray, end: IntArray, low: FloatArray, high: FloatArray
+            frontier: BoolArray,
+            labelled: BoolArray,
+            end: IntArray,
+            low: FloatArray,
+            high: FloatArray,
         ) -> tuple[IntArray, IntArray, FloatArray, FloatArray]:
             return expand_level(giver, taker, pmin, pmax, frontier, labelled, end, low, high)
 

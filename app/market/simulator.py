@@ -48,7 +48,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from app.availability.placement import PlacementError, ReplicaCandidate, place_replicas
 from app.federation.document import FederationDoc
@@ -276,6 +275,7 @@ class _Federation:
         for k, task in enumerate(self.tasks):
             self.copies.setdefault(task.copy.task, []).append(k)
         self.task_index = {t.name: k for k, t in enumerate(self.tasks)}
+        self.has_replicas = any(t.copy.is_replica for t in self.tasks)
         self.hosted: list[set[int]] = [set() for _ in self.names]
         self.loads = [0.0] * len(self.names)
         self.thresholds = [0.0] * len(self.names)
@@ -288,10 +288,15 @@ class _Federation:
         self._scale = np.array([m.scale if isinstance(m, MM1Cost) else np.nan for m in self.models])
         # The lowest price each participant could shed at, plus the band (``_offer``'s bar).
         self._bar = np.array(
-            [min((e.price_min for e in edges), default=math.inf) + self.delta for edges in self.edges]
+            [
+                min((e.price_min for e in edges), default=math.inf) + self.delta
+                for edges in self.edges
+            ]
         )
         self._version = [0] * len(self.names)
         self._flags: list[tuple[int, list[int], bool, bool] | None] = [None] * len(self.names)
+        # Each participant's smallest task (for the verdict), kept until its tasks change.
+        self._smallest: list[tuple[int, float | None] | None] = [None] * len(self.names)
         self.relocations = 0
         self.operations = 0
         self.offers = 0
@@ -399,13 +404,16 @@ class _Federation:
         for i, name in enumerate(self.names):
             if not self.online[i]:
                 continue
-            sizes = [self.tasks[k].load for k in self.hosted[i] if self.tasks[k].load > 0]
+            cached = self._smallest[i]
+            if cached is None or cached[0] != self._version[i]:
+                sizes = [self.tasks[k].load for k in self.hosted[i] if self.tasks[k].load > 0]
+                cached = self._smallest[i] = (self._version[i], min(sizes) if sizes else None)
             out.append(
                 Position(
                     name=name,
                     load=self.loads[i],
                     threshold=self.thresholds[i],
-                    smallest_task=min(sizes) if sizes else None,
+                    smallest_task=cached[1],
                     model=self.models[i],
                     price=self.prices[i],
                 )
@@ -696,19 +704,28 @@ class _Federation:
         saving = {name: marginal_cost(model, load, -size) for name, size in ranked}
         # Per unit, no set of tasks saves more than the marginal cost of the last unit.
         budget = model.derivative(load) - delta
+        tasks = [(item, self.tasks[self.task_index[item[0]]]) for item in ranked]
+        # The offer set of all ranked tasks at a floor, shared by every path whose eligible
+        # tasks are all of them (the usual case) and that starts on a contract with that floor.
+        whole_sets: dict[float, list[bpm.Item]] = {}
         for path in self._paths(i, budget):
             nodes = [e.partner for e in path]
             j = nodes[-1]
-            held = self.held(j)
-            hosting = [e.replicas for e in path]
-            eligible = [
-                item
-                for item in ranked
-                for task in [self.tasks[self.task_index[item[0]]]]
-                if not task.chain.intersection(nodes)
-                and task.copy.task not in held
-                and copies.may_travel(task.copy.is_replica, hosting)
-            ]
+            if self.has_replicas:
+                held = self.held(j)
+                hosting = [e.replicas for e in path]
+                eligible = [
+                    item
+                    for item, task in tasks
+                    if not task.chain.intersection(nodes)
+                    and task.copy.task not in held
+                    and copies.may_travel(task.copy.is_replica, hosting)
+                ]
+            else:
+                # Every task has one copy, hosted here: nobody further holds one, and a primary
+                # may travel over any contract.
+                held = set()
+                eligible = [item for item, task in tasks if not task.chain.intersection(nodes)]
             first = path[0]
             bar = first.price_min + delta
             # ``bpm.offer_list``; empty exactly when ``bpm.offer_set`` is (its first task is the
@@ -716,7 +733,13 @@ class _Federation:
             offer = [item for item in eligible if saving[item[0]] > bar]
             if not offer:
                 continue
-            expected = bpm.offer_set(model, load, eligible, first.price_min, delta)
+            if len(eligible) < len(ranked):
+                expected = bpm.offer_set(model, load, eligible, first.price_min, delta)
+            elif first.price_min in whole_sets:
+                expected = whole_sets[first.price_min]
+            else:
+                expected = bpm.offer_set(model, load, eligible, first.price_min, delta)
+                whole_sets[first.price_min] = expected
             giver_res = protocol.giver_reservation(model, load, bpm.set_load(expected), delta)
             # The taker quotes for its first unit: it picks the subset once the price is known,
             # taking only tasks that keep its marginal cost below the price less the band.
@@ -735,7 +758,7 @@ class _Federation:
                 self.models[j],
                 self.loads[j],
                 # The receiver refuses what it may not host, whatever the giver proposed.
-                copies.receivable(offer, self._task_of, held),
+                copies.receivable(offer, self._task_of, held) if self.has_replicas else offer,
                 give_price=prices[0],
                 take_price=prices[-1],
                 delta=delta,

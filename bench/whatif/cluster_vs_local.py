@@ -25,7 +25,8 @@ from bench.whatif.large_rounds import run
 
 def _row(label: str, r: dict[str, Any]) -> str:
     if r.get("median_round") is None:
-        return f"| {r['participants']:,} | {label} | exit {r['exit']} | - | {r['wall_seconds']:.0f} | - |"
+        failed = f"exit {r['exit']}"
+        return f"| {r['participants']:,} | {label} | {failed} | - | {r['wall_seconds']:.0f} | - |"
     seconds = ", ".join(f"{s:.1f}" for s in r["seconds_per_round"])
     return (
         f"| {r['participants']:,} | {label} | {r['rounds']} | {seconds} | {r['wall_seconds']:.0f} "

@@ -172,7 +172,13 @@ class SparkPlanner:
         if relays:
             rows.append(
                 rounds.relay_offers(
-                    fed, load, is_giver, direct_givers, self.threshold, self.p_room, step=self._level
+                    fed,
+                    load,
+                    is_giver,
+                    direct_givers,
+                    self.threshold,
+                    self.p_room,
+                    step=self._level,
                 )
             )
         return rounds.accept_offers(rows)
