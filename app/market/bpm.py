@@ -64,6 +64,16 @@ def offer_set(
     return chosen
 
 
+def worth_offering(
+    model: CostModel, load: float, ranked: Sequence[Item], floor: float, delta: float
+) -> bool:
+    """Whether ``offer_set`` is non-empty, without building it: its first task is the first one
+    worth shedding on its own (nothing removed yet), so one task passing that test decides.
+    The test stops at that task; ``offer_set`` would go on through every later one."""
+    bar = floor + delta
+    return any(marginal_cost(model, load, -size) > bar for _, size in ranked)
+
+
 def offer_list(
     model: CostModel, load: float, ranked: Sequence[Item], floor: float, delta: float
 ) -> list[Item]:

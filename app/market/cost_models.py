@@ -47,11 +47,44 @@ def marginal_cost(model: CostModel, load: float, delta: float) -> float:
     """
     if delta == 0:
         return model.derivative(load)
+    if type(model) is MM1Cost:
+        # ``MM1Cost.cost`` inlined (the simulator's hottest call): the same operations, so the
+        # same doubles; ``max(x, 0.0)`` keeps x unless 0.0 > x, as below.
+        capacity, scale = model.capacity, model.scale
+        lower = load + delta
+        if lower < 0.0:
+            lower = 0.0
+        u_after, u_before = lower / capacity, load / capacity
+        if u_after >= 1.0 or u_before >= 1.0:
+            return math.inf
+        after_, before_ = scale * u_after / (1.0 - u_after), scale * u_before / (1.0 - u_before)
+        if math.isinf(after_) or math.isinf(before_):
+            return math.inf
+        return abs(after_ - before_) / abs(delta)
     after = model.cost(max(load + delta, 0.0))
     before = model.cost(load)
     if math.isinf(after) or math.isinf(before):
         return math.inf
     return abs(after - before) / abs(delta)
+
+
+def mm1_removal_savings(
+    capacity: np.ndarray, scale: np.ndarray, load: np.ndarray, size: np.ndarray
+) -> np.ndarray:
+    """``marginal_cost(MM1Cost(capacity, scale), load, -size)`` element-wise (each size > 0).
+
+    The scalar path's operations in the same order (``MM1Cost.cost`` at max(load - size, 0)
+    and at load, the absolute difference over the size; infinite when either cost is): IEEE
+    arithmetic gives identical doubles, which the simulator relies on to decide exactly as the
+    scalar path would.
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        u_after = np.maximum(load - size, 0.0) / capacity
+        u_before = load / capacity
+        after = np.where(u_after >= 1.0, np.inf, scale * u_after / (1.0 - u_after))
+        before = np.where(u_before >= 1.0, np.inf, scale * u_before / (1.0 - u_before))
+        saving = np.abs(after - before) / np.abs(-size)
+    return np.where(np.isinf(after) | np.isinf(before), np.inf, saving)
 
 
 def set_marginal_cost(

@@ -64,6 +64,8 @@ partner can pass load on at a profit, so nothing moves although the federation i
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -75,6 +77,7 @@ from app.market.acceptability import judge_allocation as _judge
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
 
 # Contracts of the generated federations are priced like the Borealis demo: 0.25 per unit puts an
 # M/M/1 participant's threshold at 80% utilisation.
@@ -141,6 +144,8 @@ class RoundsResult:
     loads: tuple[IntArray, ...] = field(default=())
     initial_cost: float = 0.0
     initial_acceptable: bool = False
+    # Wall seconds of each round (planning and bookkeeping).
+    seconds_per_round: tuple[float, ...] = ()
 
     @property
     def acceptable(self) -> bool:
@@ -298,8 +303,49 @@ def room_price(fed: LargeFederation) -> FloatArray:
     return threshold_prices(fed)
 
 
+# One breadth-first level: (frontier, labelled, end, low, high) -> (v, w, low, high) picked.
+LevelStep = Callable[
+    [BoolArray, BoolArray, IntArray, FloatArray, FloatArray],
+    tuple[IntArray, IntArray, FloatArray, FloatArray],
+]
+
+
+def expand_level(
+    giver: IntArray,
+    taker: IntArray,
+    pmin: FloatArray,
+    pmax: FloatArray,
+    frontier: BoolArray,
+    labelled: BoolArray,
+    end: IntArray,
+    low: FloatArray,
+    high: FloatArray,
+) -> tuple[IntArray, IntArray, FloatArray, FloatArray]:
+    """One level of ``route_to_room`` over some directed edges: every unlabelled giver v with a
+    contract to a frontier participant w whose chain's range still meets the contract's, and
+    for each v the smallest (end, w). The pick depends only on v's own edges, so it is the same
+    over all edges at once or over any split of them that keeps each giver's edges together
+    (the Spark job's partitions by giver)."""
+    e = np.flatnonzero(frontier[taker] & ~labelled[giver])
+    w = taker[e]
+    new_low = np.maximum(low[w], pmin[e])
+    new_high = np.minimum(high[w], pmax[e])
+    ok = new_low <= new_high
+    e, w, new_low, new_high = e[ok], w[ok], new_low[ok], new_high[ok]
+    v = giver[e]
+    order = np.lexsort((w, end[w], v))
+    first = np.ones(order.size, dtype=bool)
+    first[1:] = v[order][1:] != v[order][:-1]
+    pick = order[first]
+    return v[pick], w[pick], new_low[pick], new_high[pick]
+
+
 def route_to_room(
-    fed: LargeFederation, has_room: npt.NDArray[np.bool_], wanted: npt.NDArray[np.bool_]
+    fed: LargeFederation,
+    has_room: BoolArray,
+    wanted: BoolArray,
+    *,
+    step: LevelStep | None = None,
 ) -> Routes:
     """Breadth-first labels from every participant with room outwards over the contracts.
 
@@ -307,9 +353,21 @@ def route_to_room(
     level d - 1 whose chain's price range still intersects the contract's; among several, the
     smallest (end, w). It stops as soon as every ``wanted`` participant is labelled (or nothing
     new is reached), so the work is the distance to the nearest room, not the graph's diameter.
-    The Spark job (``spark_jobs.whatif.large.route_to_room``) labels with the same rule.
+    ``step`` runs one level (``expand_level``) elsewhere: the Spark job runs it per partition
+    of the edge table.
     """
-    giver, taker, pmin, pmax = fed.directed()
+    if step is None:
+        giver, taker, pmin, pmax = fed.directed()
+
+        def step(
+            frontier: BoolArray,
+            labelled: BoolArray,
+            end: IntArray,
+            low: FloatArray,
+            high: FloatArray,
+        ) -> tuple[IntArray, IntArray, FloatArray, FloatArray]:
+            return expand_level(giver, taker, pmin, pmax, frontier, labelled, end, low, high)
+
     n = fed.size
     dist = np.full(n, -1, np.int64)
     end = np.full(n, -1, np.int64)
@@ -321,23 +379,13 @@ def route_to_room(
     level = 0
     while frontier.any() and ((dist < 0) & wanted).any():
         level += 1
-        e = np.flatnonzero(frontier[taker] & (dist[giver] < 0))
-        w = taker[e]
-        new_low = np.maximum(low[w], pmin[e])
-        new_high = np.minimum(high[w], pmax[e])
-        ok = new_low <= new_high
-        e, w, new_low, new_high = e[ok], w[ok], new_low[ok], new_high[ok]
-        v = giver[e]
-        order = np.lexsort((w, end[w], v))
-        first = np.ones(order.size, dtype=bool)
-        first[1:] = v[order][1:] != v[order][:-1]
-        pick = order[first]
+        v, w, new_low, new_high = step(frontier, dist >= 0, end, low, high)
         frontier = np.zeros(n, dtype=bool)
-        frontier[v[pick]] = True
-        dist[v[pick]] = level
-        end[v[pick]] = end[w[pick]]
-        low[v[pick]] = new_low[pick]
-        high[v[pick]] = new_high[pick]
+        frontier[v] = True
+        dist[v] = level
+        end[v] = end[w]
+        low[v] = new_low
+        high[v] = new_high
     return Routes(dist, end, low, high)
 
 
@@ -363,16 +411,29 @@ def _accept(
     return accepted_total - previous
 
 
-def plan_round(fed: LargeFederation, load: IntArray, *, relays: bool = True) -> RoundMoves:
-    """Offers and acceptances of one round from the loads at its start.
-
-    Direct offers first; then every participant still above its threshold without a direct
-    offer (all its partners are full or giving) offers along its shortest chain of relays to a
-    participant with room (``route_to_room``), priced by the same negotiation over the chain's
-    price range. Both kinds of offer compete for a taker's room in price order.
+@dataclass(frozen=True)
+class EdgeOffers:
+    """Per directed contract (giver, taker): the negotiated price, what the giver would offer at
+    it, the taker's room at it, and whether that is a candidate (a deal with something to move).
     """
-    giver, taker, pmin, pmax = fed.directed()
-    cap, scale, delta = fed.capacity, fed.scale, fed.hysteresis
+
+    price: FloatArray
+    offer: IntArray
+    room: IntArray
+    candidate: BoolArray
+
+
+def edge_offers(
+    cap: FloatArray,
+    scale: FloatArray,
+    load: IntArray,
+    delta: float,
+    giver: IntArray,
+    taker: IntArray,
+    pmin: FloatArray,
+    pmax: FloatArray,
+) -> EdgeOffers:
+    """Step (1) of a round on any set of directed edges, from per-participant arrays."""
     n_g = load[giver].astype(np.float64)
     n_t = load[taker].astype(np.float64)
     out_g = unit_cost(cap[giver], scale[giver], n_g)
@@ -383,27 +444,46 @@ def plan_round(fed: LargeFederation, load: IntArray, *, relays: bool = True) -> 
     kept = keep_level(cap[giver], scale[giver], price + delta)
     offer = load[giver] - np.minimum(kept, load[giver])
     room = fill_level(cap[taker], scale[taker], price - delta) - load[taker]
-    candidate = deal & (offer >= 1) & (room >= 1)
+    return EdgeOffers(price, offer, room, deal & (offer >= 1) & (room >= 1))
 
-    is_giver = np.zeros(fed.size, dtype=bool)
-    is_giver[giver[candidate]] = True
-    live = np.flatnonzero(candidate & ~is_giver[taker])
 
-    # Each giver's cheapest live contract (ties: lowest partner id).
-    order = live[np.lexsort((taker[live], price[live], giver[live]))]
+def cheapest_live(
+    giver: IntArray, taker: IntArray, offers: EdgeOffers, is_giver: BoolArray
+) -> IntArray:
+    """Steps (2)-(3): the edge each giver offers on, its cheapest candidate to a partner that is
+    not giving itself (ties: lowest partner id); edge indices in giver order. Each giver's pick
+    depends only on its own edges (and ``is_giver``)."""
+    live = np.flatnonzero(offers.candidate & ~is_giver[taker])
+    order = live[np.lexsort((taker[live], offers.price[live], giver[live]))]
     first = np.ones(order.size, dtype=bool)
     first[1:] = giver[order][1:] != giver[order][:-1]
-    chosen = order[first]
-    rows = [
-        (giver[chosen], taker[chosen], price[chosen], offer[chosen], room[chosen], 1 + 0 * chosen)
-    ]
-    if relays:
-        rows.append(_relay_offers(fed, load, is_giver, giver[chosen]))
+    return order[first]
+
+
+OfferRows = tuple[IntArray, IntArray, FloatArray, IntArray, IntArray, IntArray]
+
+
+def direct_rows(
+    giver: IntArray, taker: IntArray, offers: EdgeOffers, chosen: IntArray
+) -> OfferRows:
+    """The chosen direct offers as rows (giver, taker, price, offered, room, hops = 1)."""
+    return (
+        giver[chosen],
+        taker[chosen],
+        offers.price[chosen],
+        offers.offer[chosen],
+        offers.room[chosen],
+        np.ones(chosen.size, np.int64),
+    )
+
+
+def accept_offers(rows: Sequence[OfferRows]) -> RoundMoves:
+    """Step (4) on every offer of the round (direct and chained): each taker's offers highest
+    price first (ties: lowest giver id), accepted in part; the moves sorted that way."""
     g_all, t_all, p_all, o_all, r_all, h_all = (np.concatenate(c) for c in zip(*rows, strict=True))
     empty_i, empty_f = np.zeros(0, np.int64), np.zeros(0, np.float64)
     if g_all.size == 0:
         return RoundMoves(empty_i, empty_i, empty_f, empty_i, empty_i, empty_i)
-    # Each taker's offers, highest price first (ties: lowest giver id).
     by_taker = np.lexsort((g_all, -p_all, t_all))
     accepted = _accept(
         g_all[by_taker], t_all[by_taker], p_all[by_taker], o_all[by_taker], r_all[by_taker]
@@ -418,13 +498,43 @@ def plan_round(fed: LargeFederation, load: IntArray, *, relays: bool = True) -> 
     )
 
 
-def _relay_offers(
-    fed: LargeFederation, load: IntArray, is_giver: npt.NDArray[np.bool_], direct: IntArray
-) -> tuple[IntArray, IntArray, FloatArray, IntArray, IntArray, IntArray]:
-    """Chained offers of the participants above threshold that made no direct offer."""
+def plan_round(fed: LargeFederation, load: IntArray, *, relays: bool = True) -> RoundMoves:
+    """Offers and acceptances of one round from the loads at its start.
+
+    Direct offers first; then every participant still above its threshold without a direct
+    offer (all its partners are full or giving) offers along its shortest chain of relays to a
+    participant with room (``route_to_room``), priced by the same negotiation over the chain's
+    price range. Both kinds of offer compete for a taker's room in price order.
+    """
+    giver, taker, pmin, pmax = fed.directed()
+    offers = edge_offers(fed.capacity, fed.scale, load, fed.hysteresis, giver, taker, pmin, pmax)
+    is_giver = np.zeros(fed.size, dtype=bool)
+    is_giver[giver[offers.candidate]] = True
+    chosen = cheapest_live(giver, taker, offers, is_giver)
+    rows = [direct_rows(giver, taker, offers, chosen)]
+    if relays:
+        rows.append(
+            relay_offers(fed, load, is_giver, giver[chosen], thresholds(fed), room_price(fed))
+        )
+    return accept_offers(rows)
+
+
+def relay_offers(
+    fed: LargeFederation,
+    load: IntArray,
+    is_giver: BoolArray,
+    direct: IntArray,
+    threshold: IntArray,
+    p_room: FloatArray,
+    *,
+    step: LevelStep | None = None,
+) -> OfferRows:
+    """Chained offers of the participants above threshold that made no direct offer.
+
+    ``threshold`` and ``p_room`` are ``thresholds(fed)`` and ``room_price(fed)`` (constant over
+    a run); ``step`` runs ``route_to_room``'s levels elsewhere (the Spark job).
+    """
     cap, scale, delta = fed.capacity, fed.scale, fed.hysteresis
-    threshold = thresholds(fed)
-    p_room = room_price(fed)
     has_contract = ~np.isnan(p_room)
     fill_own = fill_level(cap, scale, np.where(has_contract, p_room, 0.0) - delta)
     has_room = has_contract & (load < fill_own) & ~is_giver
@@ -433,7 +543,7 @@ def _relay_offers(
     empty_i, empty_f = np.zeros(0, np.int64), np.zeros(0, np.float64)
     if not stuck.any() or not has_room.any():
         return empty_i, empty_i, empty_f, empty_i, empty_i, empty_i
-    routes = route_to_room(fed, has_room, stuck)
+    routes = route_to_room(fed, has_room, stuck, step=step)
     g = np.flatnonzero(stuck & (routes.dist >= 1))
     t = routes.end[g]
     out_g = unit_cost(cap[g], scale[g], load[g].astype(np.float64))
@@ -455,41 +565,63 @@ def apply_moves(load: IntArray, moves: RoundMoves, size: int) -> IntArray:
     return load + delta.astype(np.int64)
 
 
+# Plans one round from the loads at its start (``plan_round``, or the Spark job's).
+Planner = Callable[[IntArray, bool], RoundMoves]
+
+
 def run_rounds(
     fed: LargeFederation,
     *,
     max_rounds: int = 200,
     record_loads: bool = False,
     relays: bool = True,
+    plan: Planner | None = None,
+    on_round: Callable[[RoundRecord, float], None] | None = None,
 ) -> RoundsResult:
-    """Run rounds until no offer is made (a fixed point) or ``max_rounds``."""
+    """Run rounds until no offer is made (a fixed point) or ``max_rounds``.
+
+    ``plan`` replaces ``plan_round`` (the Spark job plans on its executors; everything else,
+    the bookkeeping of one vector per participant, is this loop); ``on_round`` sees each round's
+    record and its wall seconds.
+    """
     threshold = thresholds(fed)
     load = fed.load.astype(np.int64).copy()
     records: list[RoundRecord] = []
+    seconds: list[float] = []
     history: list[IntArray] = [load.copy()] if record_loads else []
     initial_cost = float(mm1_cost(fed.capacity, fed.scale, load.astype(np.float64)).sum())
     initial_ok = is_acceptable(load, threshold)
+    above = int((load > threshold).sum())
     for r in range(1, max_rounds + 1):
-        moves = plan_round(fed, load, relays=relays)
+        began = time.perf_counter()
+        if plan is None:
+            moves = plan_round(fed, load, relays=relays)
+        else:
+            # Only a participant above its threshold offers along a chain: with none, the
+            # relay search is skipped (it would find no one to route for).
+            moves = plan(load, relays and above > 0)
         if moves.giver.size == 0:
             break
         load = apply_moves(load, moves, fed.size)
         if record_loads:
             history.append(load.copy())
         moved = moves.accepted > 0
-        records.append(
-            RoundRecord(
-                round=r,
-                offers=int(moves.giver.size),
-                moves=int(moved.sum()),
-                units_moved=int(moves.accepted.sum()),
-                payment_volume=float((moves.accepted * moves.price).sum()),
-                cost=float(mm1_cost(fed.capacity, fed.scale, load.astype(np.float64)).sum()),
-                above_threshold=int((load > threshold).sum()),
-                acceptable=is_acceptable(load, threshold),
-                relayed=int((moved & (moves.hops > 1)).sum()),
-            )
+        above = int((load > threshold).sum())
+        record = RoundRecord(
+            round=r,
+            offers=int(moves.giver.size),
+            moves=int(moved.sum()),
+            units_moved=int(moves.accepted.sum()),
+            payment_volume=float((moves.accepted * moves.price).sum()),
+            cost=float(mm1_cost(fed.capacity, fed.scale, load.astype(np.float64)).sum()),
+            above_threshold=above,
+            acceptable=is_acceptable(load, threshold),
+            relayed=int((moved & (moves.hops > 1)).sum()),
         )
+        records.append(record)
+        seconds.append(time.perf_counter() - began)
+        if on_round is not None:
+            on_round(record, seconds[-1])
     return RoundsResult(
         thresholds=threshold,
         final_load=load,
@@ -497,6 +629,7 @@ def run_rounds(
         loads=tuple(history),
         initial_cost=initial_cost,
         initial_acceptable=initial_ok,
+        seconds_per_round=tuple(seconds),
     )
 
 

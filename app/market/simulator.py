@@ -43,15 +43,23 @@ after every join and leave.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from app.availability.placement import PlacementError, ReplicaCandidate, place_replicas
 from app.federation.document import FederationDoc
 from app.market import bpm, copies, protocol
 from app.market.acceptability import Acceptability, Link, Position, judge_allocation
-from app.market.cost_models import CostModel, build_cost_model, marginal_cost
+from app.market.cost_models import (
+    CostModel,
+    MM1Cost,
+    build_cost_model,
+    marginal_cost,
+    mm1_removal_savings,
+)
 from app.market.lower_bound import component_bound, components, cost_lower_bound
 
 # Load travels over as many contracts as it takes (DESIGN.md: "load can travel over several
@@ -267,11 +275,28 @@ class _Federation:
         for k, task in enumerate(self.tasks):
             self.copies.setdefault(task.copy.task, []).append(k)
         self.task_index = {t.name: k for k, t in enumerate(self.tasks)}
+        self.has_replicas = any(t.copy.is_replica for t in self.tasks)
         self.hosted: list[set[int]] = [set() for _ in self.names]
         self.loads = [0.0] * len(self.names)
         self.thresholds = [0.0] * len(self.names)
         self.prices = [0.0] * len(self.names)
         self.move_log: list[MoveRecord] = []
+        # M/M/1 parameters as arrays for the round's one vectorised test (others: NaN, unused).
+        self._capacity = np.array(
+            [m.capacity if isinstance(m, MM1Cost) else np.nan for m in self.models]
+        )
+        self._scale = np.array([m.scale if isinstance(m, MM1Cost) else np.nan for m in self.models])
+        # The lowest price each participant could shed at, plus the band (``_offer``'s bar).
+        self._bar = np.array(
+            [
+                min((e.price_min for e in edges), default=math.inf) + self.delta
+                for edges in self.edges
+            ]
+        )
+        self._version = [0] * len(self.names)
+        self._flags: list[tuple[int, list[int], bool, bool] | None] = [None] * len(self.names)
+        # Each participant's smallest task (for the verdict), kept until its tasks change.
+        self._smallest: list[tuple[int, float | None] | None] = [None] * len(self.names)
         self.relocations = 0
         self.operations = 0
         self.offers = 0
@@ -361,8 +386,10 @@ class _Federation:
             task.hops = [_Hop(task.owner, j, edge.contract, edge.price_min, -math.inf, 0.0, True)]
             self.hosted[j].add(self.task_index[task.name])
             self.loads[j] += task.load
+            self._touch(j)
 
     def _recount(self) -> None:
+        self._touch(*range(len(self.names)))
         for i, hosted in enumerate(self.hosted):
             self.loads[i] = math.fsum(self.tasks[k].load for k in hosted)
 
@@ -377,13 +404,16 @@ class _Federation:
         for i, name in enumerate(self.names):
             if not self.online[i]:
                 continue
-            sizes = [self.tasks[k].load for k in self.hosted[i] if self.tasks[k].load > 0]
+            cached = self._smallest[i]
+            if cached is None or cached[0] != self._version[i]:
+                sizes = [self.tasks[k].load for k in self.hosted[i] if self.tasks[k].load > 0]
+                cached = self._smallest[i] = (self._version[i], min(sizes) if sizes else None)
             out.append(
                 Position(
                     name=name,
                     load=self.loads[i],
                     threshold=self.thresholds[i],
-                    smallest_task=min(sizes) if sizes else None,
+                    smallest_task=cached[1],
                     model=self.models[i],
                     price=self.prices[i],
                 )
@@ -471,16 +501,89 @@ class _Federation:
             key=lambda i: (-self.models[i].derivative(self.loads[i]), self.names[i]),
         )
         busy: set[int] = set()
+        willing, returning = self._round_flags(now)
         for i in order:
             # Offers are answered within the round, so none is left outstanding and there is no
             # refusal to back off from; a participant that took part in a move is in flight.
             gate = protocol.OfferGate(now=now, moves_in_flight=int(i in busy))
             if not self.hosted[i] or not protocol.may_offer(gate):
                 continue
-            involved = self._move_back(i, now) or self._offer(i, now)
+            involved = (returning[i] and self._move_back(i, now)) or (
+                self._offer(i, now) if willing[i] else None
+            )
             if involved:
                 busy |= involved
         return self.relocations - before
+
+    def _round_flags(self, now: float) -> tuple[list[bool], list[bool]]:
+        """For every participant at the start of a round: whether it has a task worth shedding
+        on its own at its cheapest contract's floor (``_offer``'s first test: without one it
+        offers nothing) and whether it hosts a task it could move back (``_move_back``'s
+        candidates: without one it returns nothing).
+
+        Both stay valid for the whole round: a participant's load and tasks change only in a
+        move it takes part in, and then it is in flight and makes no offer this round. Across
+        rounds they are kept until the participant's tasks or loads change (``_touch``) or one
+        of the tasks that were locked unlocks; the stale ones are recomputed together, the
+        savings of all their M/M/1 tasks in one NumPy pass (``cost_models.mm1_removal_savings``,
+        the same doubles as ``marginal_cost``), other cost models task by task.
+        """
+        n = len(self.names)
+        willing, returning = [False] * n, [False] * n
+        stale: list[tuple[int, list[int], bool]] = []
+        hosts: list[int] = []
+        sizes: list[float] = []
+        for i, hosted in enumerate(self.hosted):
+            if not hosted or not self.online[i]:
+                continue
+            entry = self._flags[i]
+            if (
+                entry is not None
+                and entry[0] == self._version[i]
+                and all(self.tasks[k].locked(now) for k in entry[1])
+            ):
+                willing[i], returning[i] = entry[2], entry[3]
+                continue
+            locked: list[int] = []
+            back = False
+            own: list[float] = []
+            for k in hosted:
+                task = self.tasks[k]
+                if task.locked(now):
+                    locked.append(k)
+                    continue
+                if task.load > 0:
+                    own.append(task.load)
+                    hop = task.hops[-1] if task.hops else None
+                    back = back or (
+                        hop is not None and not hop.placement and self.online[hop.source]
+                    )
+            returning[i] = back
+            if own and self.edges[i]:
+                model = self.models[i]
+                if isinstance(model, MM1Cost):
+                    hosts.extend([i] * len(own))
+                    sizes.extend(own)
+                else:
+                    load, bar = self.loads[i], self._bar[i]
+                    willing[i] = any(marginal_cost(model, load, -size) > bar for size in own)
+            stale.append((i, locked, back))
+        if hosts:
+            at = np.asarray(hosts, dtype=np.int64)
+            loads = np.asarray(self.loads, dtype=np.float64)
+            saving = mm1_removal_savings(
+                self._capacity[at], self._scale[at], loads[at], np.asarray(sizes)
+            )
+            for i in at[saving > self._bar[at]].tolist():
+                willing[i] = True
+        for i, locked, back in stale:
+            self._flags[i] = (self._version[i], locked, willing[i], back)
+        return willing, returning
+
+    def _touch(self, *who: int) -> None:
+        """``who``'s tasks or load changed: its round flags are stale."""
+        for i in who:
+            self._version[i] += 1
 
     def _move_back(self, i: int, now: float) -> set[int] | None:
         model, delta = self.models[i], self.delta
@@ -544,7 +647,7 @@ class _Federation:
             self.relocations += 1
         return {i, origin}
 
-    def _paths(self, i: int, budget: float = math.inf) -> list[list[_Edge]]:
+    def _paths(self, i: int, budget: float = math.inf) -> Iterator[list[_Edge]]:
         """Contract paths from ``i``: its own contracts first, then forwarding, shortest first.
 
         A relay is paid at least what it pays on, so prices never rise along a chain: a path
@@ -554,8 +657,10 @@ class _Federation:
         a strictly higher ceiling (more price room for the taker), so fixed-price contracts
         still find the one route whose prices do not rise, and the search ends (each
         participant is reached at most once per distinct ceiling).
+
+        Lazily, one whole level at a time: a giver whose offer a direct partner takes (the
+        common case) never pays for the search further out. The order is that of the full list.
         """
-        paths: list[list[_Edge]] = []
         best = {i: math.inf}
         layer: list[tuple[list[_Edge], float]] = [([], math.inf)]
         depth = 0
@@ -576,9 +681,9 @@ class _Federation:
                         continue
                     best[j] = room
                     nxt.append(([*path, edge], room))
-            paths.extend(p for p, _ in nxt)
+            for path, _ in nxt:
+                yield path
             layer = nxt
-        return paths
 
     def _offer(self, i: int, now: float) -> set[int] | None:
         model, delta, load = self.models[i], self.delta, self.loads[i]
@@ -591,29 +696,50 @@ class _Federation:
             return None
         ranked = bpm.rank_for_shedding(movable)
         lowest = min(e.price_min for e in self.edges[i])
-        if not bpm.offer_set(model, load, ranked, lowest, delta):
+        if not bpm.worth_offering(model, load, ranked, lowest, delta):
             return None  # nothing is worth shedding even at its cheapest contract's floor
         offered_any = False
+        # What shedding each task on its own saves per unit: the same on every path, so computed
+        # once here rather than per path (``bpm.offer_list``'s test, on the same doubles).
+        saving = {name: marginal_cost(model, load, -size) for name, size in ranked}
         # Per unit, no set of tasks saves more than the marginal cost of the last unit.
         budget = model.derivative(load) - delta
+        tasks = [(item, self.tasks[self.task_index[item[0]]]) for item in ranked]
+        # The offer set of all ranked tasks at a floor, shared by every path whose eligible
+        # tasks are all of them (the usual case) and that starts on a contract with that floor.
+        whole_sets: dict[float, list[bpm.Item]] = {}
         for path in self._paths(i, budget):
             nodes = [e.partner for e in path]
             j = nodes[-1]
-            held = self.held(j)
-            hosting = [e.replicas for e in path]
-            eligible = [
-                item
-                for item in ranked
-                for task in [self.tasks[self.task_index[item[0]]]]
-                if not task.chain.intersection(nodes)
-                and task.copy.task not in held
-                and copies.may_travel(task.copy.is_replica, hosting)
-            ]
+            if self.has_replicas:
+                held = self.held(j)
+                hosting = [e.replicas for e in path]
+                eligible = [
+                    item
+                    for item, task in tasks
+                    if not task.chain.intersection(nodes)
+                    and task.copy.task not in held
+                    and copies.may_travel(task.copy.is_replica, hosting)
+                ]
+            else:
+                # Every task has one copy, hosted here: nobody further holds one, and a primary
+                # may travel over any contract.
+                held = set()
+                eligible = [item for item, task in tasks if not task.chain.intersection(nodes)]
             first = path[0]
-            expected = bpm.offer_set(model, load, eligible, first.price_min, delta)
-            if not expected:
+            bar = first.price_min + delta
+            # ``bpm.offer_list``; empty exactly when ``bpm.offer_set`` is (its first task is the
+            # first one worth shedding on its own).
+            offer = [item for item in eligible if saving[item[0]] > bar]
+            if not offer:
                 continue
-            offer = bpm.offer_list(model, load, eligible, first.price_min, delta)
+            if len(eligible) < len(ranked):
+                expected = bpm.offer_set(model, load, eligible, first.price_min, delta)
+            elif first.price_min in whole_sets:
+                expected = whole_sets[first.price_min]
+            else:
+                expected = bpm.offer_set(model, load, eligible, first.price_min, delta)
+                whole_sets[first.price_min] = expected
             giver_res = protocol.giver_reservation(model, load, bpm.set_load(expected), delta)
             # The taker quotes for its first unit: it picks the subset once the price is known,
             # taking only tasks that keep its marginal cost below the price less the band.
@@ -632,7 +758,7 @@ class _Federation:
                 self.models[j],
                 self.loads[j],
                 # The receiver refuses what it may not host, whatever the giver proposed.
-                copies.receivable(offer, self._task_of, held),
+                copies.receivable(offer, self._task_of, held) if self.has_replicas else offer,
                 give_price=prices[0],
                 take_price=prices[-1],
                 delta=delta,
@@ -693,6 +819,7 @@ class _Federation:
 
     def _relocate(self, task: _Task, src: int, dst: int) -> None:
         k = self.task_index[task.name]
+        self._touch(src, dst)
         self.hosted[src].discard(k)
         self.hosted[dst].add(k)
         task.host = dst

@@ -258,7 +258,6 @@ class PeakRss:
 
 
 def bench_large(spark: Any, participants: int, k: int, max_rounds: int) -> dict[str, Any]:
-    from spark_jobs.whatif.large import federation_tables
     from spark_jobs.whatif.large import run_rounds as spark_rounds
 
     fed = generate_large(
@@ -278,7 +277,7 @@ def bench_large(spark: Any, participants: int, k: int, max_rounds: int) -> dict[
         began = time.perf_counter()
         result = spark_rounds(
             spark,
-            federation_tables(spark, fed),
+            fed,
             max_rounds=max_rounds,
             on_round=lambda r, s: print(
                 f"  round {r.round}: {r.above_threshold} above threshold, "
@@ -286,9 +285,8 @@ def bench_large(spark: Any, participants: int, k: int, max_rounds: int) -> dict[
                 flush=True,
             ),
         )
-        final = pd.DataFrame(result.final_state.select("id", "load").toPandas()).sort_values("id")
         spark_s = time.perf_counter() - began
-    same = bool(np.array_equal(final["load"].to_numpy(), reference.final_load))
+    same = bool(np.array_equal(result.final_load, reference.final_load))
     per_round = result.seconds_per_round
     return {
         "participants": participants,

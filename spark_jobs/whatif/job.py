@@ -327,7 +327,7 @@ def run_large(
 ) -> dict[str, Any]:
     """One large federation in rounds on Spark: ``fed`` (read from a planner's input, with its
     participants' ``names``) or, without it, the one ``spec`` generates."""
-    from spark_jobs.whatif.large import federation_tables, run_rounds
+    from spark_jobs.whatif.large import run_rounds
 
     if fed is None:
         fed = generate_large(
@@ -355,15 +355,11 @@ def run_large(
                 f"{record.units_moved:,} units moved ({seconds:.1f} s)",
             )
 
-        result = run_rounds(
-            spark, federation_tables(spark, fed), max_rounds=spec.max_rounds, on_round=advance
-        )
+        result = run_rounds(spark, fed, max_rounds=spec.max_rounds, on_round=advance)
         progress.update(task, total=max(len(result.rounds), 1), completed=len(result.rounds))
-        final = pd.DataFrame(result.final_state.select("id", "load", "threshold").toPandas())
     wall = time.perf_counter() - began
-    final = final.sort_values("id")
-    final_load = final["load"].to_numpy(dtype=np.int64)
-    final_threshold = final["threshold"].to_numpy(dtype=np.int64)
+    final_load = result.final_load
+    final_threshold = result.thresholds
     names = names or participant_names(spec.participants)
     # The one acceptability rule on the final state, with the contract graph to say why not.
     verdict = judge_state(fed, final_load, final_threshold, names=names)

@@ -17,11 +17,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
-# Driver heap for the large run: measured peaks (bench/whatif/README.md, "Large rounds") stay
-# under 1.2 GB at 100,000 participants x 10 contracts; this leaves room for Spark's own
-# structures and grows with the edge table (both directions of every contract).
+# Driver heap for the large run. The rounds keep no per-round tables in the JVM: it holds the
+# edge table (both directions of every contract, ~32 bytes a row) once as the driver's input
+# and, in local mode, once in the executors' cache, plus each pass's Arrow batches in flight;
+# so a flat base with a small share per million edge rows (1,165 MB at 100,000 participants x
+# 10 contracts, bench/whatif/README.md "Large rounds").
 BASE_HEAP_MB = 1024
-HEAP_MB_PER_MILLION_EDGES = 512
+HEAP_MB_PER_MILLION_EDGES = 128
 MAX_DEFAULT_HEAP_MB = 4096
 OOM_EXIT = "-XX:+ExitOnOutOfMemoryError"
 
