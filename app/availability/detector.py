@@ -64,8 +64,9 @@ def verdict(
     """
     window = check_window(interval, misses)
     since = watched_since if last_heard is None else max(last_heard, watched_since)
-    # 1e-9: 0.1 x 3 is 0.30000000000000004 in binary; a wait to the window's end must count.
-    if verified_until is not None and verified_until - since >= window - 1e-9:
+    # A microsecond of slack: times come as seconds since the epoch (floats good to about a
+    # microsecond) and 0.1 x 3 is 0.30000000000000004; a wait to the window's end must count.
+    if verified_until is not None and verified_until - since >= window - 1e-6:
         return PeerStatus.FAILED
     if last_heard is None:
         return PeerStatus.UNKNOWN

@@ -153,13 +153,21 @@ def rotate_key(
     return RotatedKey(api_key=api_key, previous_key_valid_until=valid_until)
 
 
-def heartbeat(session: Session, participant: Participant, beat: Heartbeat) -> Participant:
-    """Mark the participant online, keep a load sample, and bring its payments up to date."""
+def heartbeat(
+    session: Session, participant: Participant, beat: Heartbeat, *, at: datetime | None = None
+) -> Participant:
+    """Record a heartbeat that arrived ``at`` (when the service first saw it: a heartbeat that
+    waited for a thread or a transaction was on time all the same), keep a load sample, and
+    bring the participant's payments up to date. A fenced participant's heartbeat is recorded
+    and answered, but it stays failed until it rejoins (``app.participants.failures``)."""
     from app.movements.payments import accrue_participant
 
     now = utcnow()
-    participant.last_heartbeat_at = now
-    participant.liveness = "online"
+    arrived = min(at or now, now)
+    if participant.last_heartbeat_at is None or arrived > participant.last_heartbeat_at:
+        participant.last_heartbeat_at = arrived
+    if participant.failed_at is None:
+        participant.liveness = "online"
     if beat.endpoint is not None:
         participant.endpoint = beat.endpoint
     if beat.load is not None:
@@ -181,15 +189,19 @@ def heartbeat(session: Session, participant: Participant, beat: Heartbeat) -> Pa
 
 
 def refresh_liveness(
-    session: Session, people: list[Participant], *, interval_seconds: float, misses: int
+    session: Session, people: list[Participant], *, interval_seconds: float
 ) -> None:
-    """Bring each participant's stored liveness up to date; audit every change of state."""
+    """Bring each participant's shown liveness (online / suspect) up to date; audit every
+    change. ``failed`` is the failure sweeper's alone (app.participants.failures)."""
     from app.participants.liveness import liveness
 
     now = utcnow()
     for participant in people:
         current = liveness(
-            participant.last_heartbeat_at, now, interval_seconds=interval_seconds, misses=misses
+            participant.last_heartbeat_at,
+            now,
+            interval_seconds=interval_seconds,
+            failed_at=participant.failed_at,
         )
         if current != participant.liveness:
             audit.record(

@@ -75,7 +75,7 @@ def test_silent_peer_fails_from_the_time_it_was_watched() -> None:
 
 @pytest.mark.parametrize(("interval", "misses"), [(0.0, 3), (-1.0, 3), (0.1, 0)])
 def test_a_bad_window_is_refused_naming_the_setting(interval: float, misses: int) -> None:
-    with pytest.raises(ValueError, match="interval|misses"):
+    with pytest.raises(ValueError, match=r"interval|misses"):
         FailureDetector(Clock(), interval=interval, misses=misses)
 
 

@@ -1,0 +1,145 @@
+"""The registry declares participants failed, fences them, and lets them rejoin.
+
+A participant is failed when a heartbeat window (``interval x misses``) closed with no
+heartbeat from it, as far as the registry has checked (``app.participants.inbox``): the one
+rule of ``app.availability.detector``. Services flush, never commit: the sweeper's round owns
+the transaction.
+
+The fence, at once and in the same transaction:
+- ``failed_at`` is set and ``liveness`` becomes ``failed``; a ``participant_failures`` row and
+  a ``participant.failed`` audit entry (the admin's event) record it;
+- every prepared movement to or from it is aborted: as a target it can no longer commit; as a
+  source its state transfer is cut, and the failover of its tasks must not wait for the lease;
+- from then on it may not commit a movement, report a replica's state or make an offer (409,
+  field ``participant``): whatever it held is no longer its to act on as a host;
+- its heartbeats are still answered, with ``fenced: true``, so that its agent learns it.
+
+The rule to come back (``rejoin``): an agent told it is fenced stops every fragment and replica
+it ran (their state is no longer authoritative: a replica may have taken over), then calls
+``POST /v1/participants/me/rejoin``. The registry ends the fence (and counts the call as a
+heartbeat); the agent then runs what the registry says it hosts, from their checkpoints, as a
+restarted agent would. Tasks failed over meanwhile are the new hosts'; the rest are still its.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy.orm import Session
+
+from app.audit import service as audit
+from app.availability.detector import PeerStatus, check_window, verdict
+from app.db.base import utcnow
+from app.errors import Conflict
+from app.models import MovementStatus, Participant, ParticipantFailure
+from app.participants import repository
+
+
+def sweep(
+    session: Session,
+    *,
+    checked_until: datetime,
+    interval_seconds: float,
+    misses: int,
+    now: datetime | None = None,
+) -> list[Participant]:
+    """Mark failed (and fence) every member whose window closed unanswered up to
+    ``checked_until``; returns them."""
+    window = check_window(interval_seconds, misses, who="heartbeat settings")
+    now = now or utcnow()
+    failed = []
+    # The cutoff lets the database skip everyone heard within the window; the rule decides.
+    for participant in repository.silent_members(
+        session, checked_until - timedelta(seconds=window)
+    ):
+        assert participant.last_heartbeat_at is not None
+        status = verdict(
+            last_heard=participant.last_heartbeat_at.timestamp(),
+            watched_since=participant.last_heartbeat_at.timestamp(),
+            verified_until=checked_until.timestamp(),
+            now=now.timestamp(),
+            interval=interval_seconds,
+            misses=misses,
+        )
+        if status is PeerStatus.FAILED:
+            fence(session, participant, now=now, window_seconds=window)
+            failed.append(participant)
+    return failed
+
+
+def fence(
+    session: Session, participant: Participant, *, now: datetime, window_seconds: float
+) -> ParticipantFailure:
+    participant.failed_at = now
+    previous, participant.liveness = participant.liveness, "failed"
+    aborted = repository.prepared_movements_of(session, participant.id)
+    for movement in aborted:
+        movement.status, movement.finished_at = MovementStatus.aborted, now
+        audit.record(
+            session,
+            actor="system",
+            action="movement.aborted",
+            entity_type="movement",
+            entity_id=movement.id,
+            detail={"why": f"{participant.name} failed", "participant": participant.name},
+        )
+    failure = ParticipantFailure(
+        participant_id=participant.id,
+        failed_at=now,
+        last_heartbeat_at=participant.last_heartbeat_at,
+        aborted_movements=len(aborted),
+    )
+    session.add(failure)
+    session.flush()
+    last = participant.last_heartbeat_at
+    audit.record(
+        session,
+        actor="system",
+        action="participant.failed",
+        entity_type="participant",
+        entity_id=participant.id,
+        detail={
+            "from": previous,
+            "to": "failed",
+            "last_heartbeat_at": last.isoformat() if last else None,
+            "window_seconds": window_seconds,
+            "aborted_movements": [m.id for m in aborted],
+        },
+    )
+    return failure
+
+
+def rejoin(session: Session, participant: Participant, *, at: datetime | None = None) -> bool:
+    """End ``participant``'s fence (it dropped what it ran, by the rule above); counts as a
+    heartbeat. False when it was not fenced (nothing changes but the heartbeat's time)."""
+    now = at or utcnow()
+    participant.last_heartbeat_at = now
+    if participant.failed_at is None:
+        session.flush()
+        return False
+    failed_at, participant.failed_at = participant.failed_at, None
+    participant.liveness = "online"
+    failure = repository.open_failure(session, participant.id)
+    if failure is not None:
+        failure.rejoined_at = now
+    session.flush()
+    audit.record(
+        session,
+        actor=f"participant:{participant.name}",
+        action="participant.rejoined",
+        entity_type="participant",
+        entity_id=participant.id,
+        detail={"failed_at": failed_at.isoformat(), "rejoined_at": now.isoformat()},
+    )
+    return True
+
+
+def check_not_fenced(participant: Participant | None, *, acting_as: str) -> None:
+    """409 for a participant the registry declared failed, until it rejoins."""
+    if participant is not None and participant.failed_at is not None:
+        raise Conflict(
+            f"{participant.name} was declared failed at {participant.failed_at.isoformat()} "
+            f"and is fenced: it may not {acting_as} until it drops what it hosted and rejoins "
+            "(POST /v1/participants/me/rejoin)",
+            field="participant",
+        )
