@@ -28,6 +28,7 @@ import typer
 
 from app.cli_errors import ensure_free_port
 from app.participant.client import ApiError, FedloadClient
+from app.participant.heartbeat import ServiceHeartbeats
 from app.participant.ports import Host, MovementRecord, Mover, NoHost, Received
 
 if TYPE_CHECKING:  # imported when an agent runs: they load SciPy, seconds on every fedload start
@@ -153,6 +154,13 @@ def run_agent(options: AgentOptions, make_host: HostFactory) -> int:
         options.data_dir.mkdir(parents=True, exist_ok=True)
         host, mover = make_host(AgentContext(options, client))
         events = options.events or options.data_dir / "events.jsonl"
+        # Heartbeats on a thread and a client of their own: a long tick never silences them.
+        beats = ServiceHeartbeats(
+            FedloadClient(options.api, options.key),
+            lambda: host.endpoint,
+            interval=options.interval,
+        )
+        beats.start()
         try:
             node = Agent(
                 options.participant,
@@ -164,23 +172,33 @@ def run_agent(options: AgentOptions, make_host: HostFactory) -> int:
                 on_move=lambda move: _record(events, move),
                 accept_fragments=options.accept_fragments,
             )
-            _loop(node, client, options, stop)
+            _loop(node, client, options, stop, beats)
         except HostFailure as error:
             log.error("%s: %s", options.participant, error)
             return 3
         finally:
+            beats.stop()
             host.close()
         return 0
     finally:
         client.close()
 
 
-def _loop(node: Agent, client: FedloadClient, options: AgentOptions, stop: threading.Event) -> None:
+def _loop(
+    node: Agent,
+    client: FedloadClient,
+    options: AgentOptions,
+    stop: threading.Event,
+    beats: ServiceHeartbeats | None = None,
+) -> None:
     rng, failures, tick = random.Random(), 0, 0
     started = time.monotonic()
     while not stop.is_set() and (options.ticks == 0 or tick < options.ticks):
         began = time.monotonic()
         try:
+            if beats is not None:
+                # Declared failed: drop what ran here and rejoin (app.participants.failures).
+                beats.settle(lambda: node.host.reconcile([]))
             liveness = {p["name"]: p["liveness"] for p in client.participants()}
             node.tick(began - started, liveness=liveness)
         except HostFailure:

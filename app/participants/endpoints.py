@@ -17,7 +17,6 @@ from app.auth.dependencies import (
 from app.errors import Forbidden
 from app.pagination import PageRequest, page_request, paginate
 from app.participants import failures, repository, service
-from app.participants.inbox import ARRIVED_AT
 from app.participants.schemas import (
     Heartbeat,
     HeartbeatAnswer,
@@ -57,13 +56,11 @@ def heartbeat(
     me: CurrentParticipant,
     session: SessionDep,
     settings: SettingsDep,
-    request: Request,
 ) -> HeartbeatAnswer:
     """Report liveness, the agent's endpoint and, optionally, its load and marginal cost. The
     answer says whether the registry has declared this participant failed (``fenced``): then
     stop every fragment and replica you ran and ``POST /v1/participants/me/rejoin``."""
-    arrived = getattr(request.state, ARRIVED_AT, None)
-    participant = service.heartbeat(session, me, body, at=arrived)
+    participant = service.heartbeat(session, me, body)
     read = ParticipantRead.model_validate(participant)
     return HeartbeatAnswer(
         **read.model_dump(),

@@ -23,6 +23,7 @@ restarted agent would. Tasks failed over meanwhile are the new hosts'; the rest 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
@@ -35,27 +36,58 @@ from app.models import MovementStatus, Participant, ParticipantFailure
 from app.participants import repository
 
 
+@dataclass(frozen=True)
+class SweepResult:
+    failed: list[Participant]
+    # Silent past the window by the clock, not failed: the service had not checked the window
+    # to its end (a heartbeat of theirs may be on its way through a slow service). Each one is a
+    # false suspicion a judge by the clock alone would have made, unless it fails later.
+    held_back: list[tuple[str, float, float]]  # (name, silent by the clock, silent as checked)
+
+
 def sweep(
     session: Session,
     *,
     checked_until: datetime,
     interval_seconds: float,
     misses: int,
+    listening_since: datetime | None = None,
     now: datetime | None = None,
 ) -> list[Participant]:
     """Mark failed (and fence) every member whose window closed unanswered up to
-    ``checked_until``; returns them."""
+    ``checked_until``; returns them. A window counts from ``listening_since`` at the earliest
+    (when this service started: its own outage is no participant's silence)."""
+    return judge(
+        session,
+        checked_until=checked_until,
+        interval_seconds=interval_seconds,
+        misses=misses,
+        listening_since=listening_since,
+        now=now,
+    ).failed
+
+
+def judge(
+    session: Session,
+    *,
+    checked_until: datetime,
+    interval_seconds: float,
+    misses: int,
+    listening_since: datetime | None = None,
+    now: datetime | None = None,
+) -> SweepResult:
+    """``sweep``, also naming the members it held back (see ``SweepResult``)."""
     window = check_window(interval_seconds, misses, who="heartbeat settings")
     now = now or utcnow()
-    failed = []
+    result = SweepResult(failed=[], held_back=[])
     # The cutoff lets the database skip everyone heard within the window; the rule decides.
-    for participant in repository.silent_members(
-        session, checked_until - timedelta(seconds=window)
-    ):
+    cutoff = max(now, checked_until) - timedelta(seconds=window)
+    for participant in repository.silent_members(session, cutoff):
         assert participant.last_heartbeat_at is not None
+        last = participant.last_heartbeat_at
         status = verdict(
-            last_heard=participant.last_heartbeat_at.timestamp(),
-            watched_since=participant.last_heartbeat_at.timestamp(),
+            last_heard=last.timestamp(),
+            watched_since=max(last, listening_since or last).timestamp(),
             verified_until=checked_until.timestamp(),
             now=now.timestamp(),
             interval=interval_seconds,
@@ -63,8 +95,12 @@ def sweep(
         )
         if status is PeerStatus.FAILED:
             fence(session, participant, now=now, window_seconds=window)
-            failed.append(participant)
-    return failed
+            result.failed.append(participant)
+        else:
+            by_clock = (now - last).total_seconds()
+            checked = (checked_until - last).total_seconds()
+            result.held_back.append((participant.name, by_clock, checked))
+    return result
 
 
 def fence(

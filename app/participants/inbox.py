@@ -10,10 +10,9 @@ and so is one still in the socket while the event loop is behind. Judged by the 
 service starved of CPU (its sweeper thread woke first) would fail the live agents whose
 heartbeats it had not got round to.
 
-- ``HeartbeatArrivals``, an ASGI middleware placed outermost, stamps each heartbeat request when
-  the event loop first sees it (the endpoint records that instant as the heartbeat's time, not
-  the later moment its transaction runs) and holds it in flight until its response is sent,
-  after the commit;
+- ``HeartbeatArrivals``, an ASGI middleware placed outermost, notes each heartbeat request when
+  the event loop first sees it and holds it in flight until its response is sent, after the
+  commit (the heartbeat's recorded time is its answer's: the agent's next one follows that);
 - ``loop_watch`` runs on the event loop: each round stamps the time, then lets a few loop
   iterations pass, so bytes that reached a socket before that stamp have become requests the
   middleware saw; the stamp is then a horizon. A loop that falls behind holds the horizon back.
@@ -34,7 +33,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 HEARTBEAT_PATH = "/v1/participants/me/heartbeat"
-ARRIVED_AT = "heartbeat_arrived_at"
 # Loop iterations between a round's stamp and its use as a horizon: one for the selector to
 # read bytes that came before it, one for the request's task to reach the middleware, one spare.
 ITERATIONS = 3
@@ -50,6 +48,9 @@ class HeartbeatInbox:
         self._tokens = itertools.count()
         self._in_flight: dict[int, float] = {}
         self._loop_horizon: float | None = None
+        # The registry heard nothing before it started: a window that began while it was down
+        # (a restart) is counted from here, so its own outage never fails anyone.
+        self.listening_since = clock()
 
     def arrived(self) -> tuple[int, float]:
         with self._lock:
@@ -82,6 +83,9 @@ class HeartbeatInbox:
     def checked_until_datetime(self) -> datetime:
         return datetime.fromtimestamp(self.checked_until(), UTC)
 
+    def listening_since_datetime(self) -> datetime:
+        return datetime.fromtimestamp(self.listening_since, UTC)
+
 
 async def loop_watch(inbox: HeartbeatInbox, every: float) -> None:
     """Advance the loop's horizon every ``every`` seconds, until cancelled."""
@@ -94,7 +98,7 @@ async def loop_watch(inbox: HeartbeatInbox, every: float) -> None:
 
 
 class HeartbeatArrivals:
-    """Pure ASGI middleware: heartbeats are stamped on arrival and held in flight until their
+    """Pure ASGI middleware: heartbeats are noted on arrival and held in flight until their
     response has been sent (the session commits before that)."""
 
     def __init__(self, app: Any, inbox: HeartbeatInbox) -> None:
@@ -109,8 +113,7 @@ class HeartbeatArrivals:
         ):
             await self.app(scope, receive, send)
             return
-        token, at = self.inbox.arrived()
-        scope.setdefault("state", {})[ARRIVED_AT] = datetime.fromtimestamp(at, UTC)
+        token, _ = self.inbox.arrived()
         try:
             await self.app(scope, receive, send)
         finally:

@@ -153,19 +153,18 @@ def rotate_key(
     return RotatedKey(api_key=api_key, previous_key_valid_until=valid_until)
 
 
-def heartbeat(
-    session: Session, participant: Participant, beat: Heartbeat, *, at: datetime | None = None
-) -> Participant:
-    """Record a heartbeat that arrived ``at`` (when the service first saw it: a heartbeat that
-    waited for a thread or a transaction was on time all the same), keep a load sample, and
-    bring the participant's payments up to date. A fenced participant's heartbeat is recorded
-    and answered, but it stays failed until it rejoins (``app.participants.failures``)."""
+def heartbeat(session: Session, participant: Participant, beat: Heartbeat) -> Participant:
+    """Record a heartbeat, keep a load sample, and bring the participant's payments up to date.
+
+    The heartbeat's time is when the service answers it, not when it arrived: an agent sends
+    its next one after this answer, so its window runs from here (a heartbeat still on its way
+    holds the failure sweeper back until then: ``app.participants.inbox``). A fenced
+    participant's heartbeat is recorded and answered, but it stays failed until it rejoins
+    (``app.participants.failures``)."""
     from app.movements.payments import accrue_participant
 
     now = utcnow()
-    arrived = min(at or now, now)
-    if participant.last_heartbeat_at is None or arrived > participant.last_heartbeat_at:
-        participant.last_heartbeat_at = arrived
+    participant.last_heartbeat_at = now
     if participant.failed_at is None:
         participant.liveness = "online"
     if beat.endpoint is not None:

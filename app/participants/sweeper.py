@@ -45,20 +45,32 @@ class FailureSweeper:
     def sweep(self) -> list[str]:
         """One round, in its own transaction: the names it declared failed."""
         checked_until = self.inbox.checked_until_datetime()
+        in_flight = self.inbox.in_flight()
         with self._sessions() as session, session.begin():
-            failed = failures.sweep(
+            result = failures.judge(
                 session,
                 checked_until=checked_until,
+                listening_since=self.inbox.listening_since_datetime(),
                 interval_seconds=self.interval_seconds,
                 misses=self.misses,
             )
-            names = [p.name for p in failed]
+            names = [p.name for p in result.failed]
         for name in names:
             log.warning(
                 "participant %s failed: no heartbeat for %g s x %d; fenced",
                 name,
                 self.interval_seconds,
                 self.misses,
+            )
+        for name, by_clock, checked in result.held_back:
+            # The service itself is behind: what a judge by the clock would have blamed on B.
+            log.warning(
+                "held back: %s silent %.3f s by the clock, only %.3f s as checked "
+                "(%d heartbeat(s) in flight)",
+                name,
+                by_clock,
+                checked,
+                in_flight,
             )
         return names
 

@@ -88,9 +88,7 @@ class World:
             participant = session.query(Participant).filter_by(name=name).one()
             participant.last_heartbeat_at = utcnow() - timedelta(hours=1)
         with unit_of_work(self.db_url) as session:
-            failed = failures.sweep(
-                session, checked_until=utcnow(), interval_seconds=60, misses=3
-            )
+            failed = failures.sweep(session, checked_until=utcnow(), interval_seconds=60, misses=3)
             assert [p.name for p in failed] == [name]
 
 

@@ -38,15 +38,24 @@ def api(db_url: str) -> Iterator[Api]:
         yield api
 
 
-def sweep(db_url: str, seconds_after_b: float) -> list[str]:
-    """One sweeper round that has checked every heartbeat up to ``seconds_after_b`` past B's last."""
+def sweep(db_url: str, seconds_after_b: float, listening_from: float | None = None) -> list[str]:
+    """One sweeper round that checked every heartbeat up to ``seconds_after_b`` past B's last."""
     with unit_of_work(db_url) as session:
         b = session.scalars(select(Participant).where(Participant.name == "B")).one()
         assert b.last_heartbeat_at is not None
         checked = b.last_heartbeat_at + timedelta(seconds=seconds_after_b)
+        since = (
+            None
+            if listening_from is None
+            else b.last_heartbeat_at + timedelta(seconds=listening_from)
+        )
     with unit_of_work(db_url) as session:
         found = failures.sweep(
-            session, checked_until=checked, interval_seconds=INTERVAL, misses=MISSES
+            session,
+            checked_until=checked,
+            listening_since=since,
+            interval_seconds=INTERVAL,
+            misses=MISSES,
         )
         return [p.name for p in found]
 
@@ -125,3 +134,11 @@ def test_a_suspended_participant_is_left_to_its_suspension(api: Api, db_url: str
     assert suspended.status_code == 200
     # A suspended participant is already out of the market; the sweeper leaves it be.
     assert sweep(db_url, 3600) == []
+
+
+def test_the_registrys_own_outage_is_no_participants_silence(api: Api, db_url: str) -> None:
+    """A service that started (again) 0.2 s after B's last heartbeat counts B's window from its
+    own start: B fails only once it has listened for a whole window."""
+    beat(api, "B")
+    assert sweep(db_url, 0.45, listening_from=0.2) == []
+    assert sweep(db_url, 0.5, listening_from=0.2) == ["B"]
