@@ -104,6 +104,8 @@ class HostFailure(RuntimeError):
 # Back-off while the service is unreachable: 0.5 s doubling to 15 s, each wait drawn from
 # [half, full] so that a federation's agents do not all return in the same instant.
 BACKOFF_FIRST_S = 0.5
+# How long the agent waits for its heartbeat sender's first answer before it ticks regardless.
+HEARTBEAT_START_S = 30.0
 BACKOFF_MAX_S = 15.0
 
 
@@ -154,13 +156,10 @@ def run_agent(options: AgentOptions, make_host: HostFactory) -> int:
         options.data_dir.mkdir(parents=True, exist_ok=True)
         host, mover = make_host(AgentContext(options, client))
         events = options.events or options.data_dir / "events.jsonl"
-        # Heartbeats on a thread and a client of their own: a long tick never silences them.
-        beats = ServiceHeartbeats(
-            FedloadClient(options.api, options.key),
-            lambda: host.endpoint,
-            interval=options.interval,
-        )
-        beats.start()
+        # Heartbeats from a process of the agent's own: a long tick never silences them.
+        beats = ServiceHeartbeats(options.api, options.key, host.endpoint, client.rejoin)
+        if not beats.wait_up(HEARTBEAT_START_S):
+            log.warning("no heartbeat answered within %g s; ticking anyway", HEARTBEAT_START_S)
         try:
             node = Agent(
                 options.participant,
@@ -177,7 +176,7 @@ def run_agent(options: AgentOptions, make_host: HostFactory) -> int:
             log.error("%s: %s", options.participant, error)
             return 3
         finally:
-            beats.stop()
+            beats.close()
             host.close()
         return 0
     finally:

@@ -17,6 +17,7 @@ from app.auth.dependencies import (
 from app.errors import Forbidden
 from app.pagination import PageRequest, page_request, paginate
 from app.participants import failures, repository, service
+from app.participants.inbox import HEARTBEAT_OF
 from app.participants.schemas import (
     Heartbeat,
     HeartbeatAnswer,
@@ -56,11 +57,14 @@ def heartbeat(
     me: CurrentParticipant,
     session: SessionDep,
     settings: SettingsDep,
+    request: Request,
 ) -> HeartbeatAnswer:
     """Report liveness, the agent's endpoint and, optionally, its load and marginal cost. The
     answer says whether the registry has declared this participant failed (``fenced``): then
     stop every fragment and replica you ran and ``POST /v1/participants/me/rejoin``."""
     participant = service.heartbeat(session, me, body)
+    # For the failure sweeper: whose answer this is (app.participants.inbox).
+    setattr(request.state, HEARTBEAT_OF, participant.id)
     read = ParticipantRead.model_validate(participant)
     return HeartbeatAnswer(
         **read.model_dump(),

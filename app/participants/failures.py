@@ -23,8 +23,9 @@ restarted agent would. Tasks failed over meanwhile are the new hosts'; the rest 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.orm import Session
 
@@ -34,6 +35,8 @@ from app.db.base import utcnow
 from app.errors import Conflict
 from app.models import MovementStatus, Participant, ParticipantFailure
 from app.participants import repository
+
+_NEVER = datetime.min.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -52,17 +55,20 @@ def sweep(
     interval_seconds: float,
     misses: int,
     listening_since: datetime | None = None,
+    answered: Mapping[int, datetime] | None = None,
     now: datetime | None = None,
 ) -> list[Participant]:
     """Mark failed (and fence) every member whose window closed unanswered up to
     ``checked_until``; returns them. A window counts from ``listening_since`` at the earliest
-    (when this service started: its own outage is no participant's silence)."""
+    (when this service started: its own outage is no participant's silence) and from the
+    participant's last answer (``answered``, see ``judge``)."""
     return judge(
         session,
         checked_until=checked_until,
         interval_seconds=interval_seconds,
         misses=misses,
         listening_since=listening_since,
+        answered=answered,
         now=now,
     ).failed
 
@@ -74,9 +80,12 @@ def judge(
     interval_seconds: float,
     misses: int,
     listening_since: datetime | None = None,
+    answered: Mapping[int, datetime] | None = None,
     now: datetime | None = None,
 ) -> SweepResult:
-    """``sweep``, also naming the members it held back (see ``SweepResult``)."""
+    """``sweep``, also naming the members it held back (see ``SweepResult``). ``answered``:
+    when this service sent each participant's last heartbeat answer; its window runs from
+    there when that is later than the recorded heartbeat (the agent waits for the answer)."""
     window = check_window(interval_seconds, misses, who="heartbeat settings")
     now = now or utcnow()
     result = SweepResult(failed=[], held_back=[])
@@ -84,7 +93,7 @@ def judge(
     cutoff = max(now, checked_until) - timedelta(seconds=window)
     for participant in repository.silent_members(session, cutoff):
         assert participant.last_heartbeat_at is not None
-        last = participant.last_heartbeat_at
+        last = max(participant.last_heartbeat_at, (answered or {}).get(participant.id, _NEVER))
         status = verdict(
             last_heard=last.timestamp(),
             watched_since=max(last, listening_since or last).timestamp(),

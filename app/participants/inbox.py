@@ -11,8 +11,11 @@ service starved of CPU (its sweeper thread woke first) would fail the live agent
 heartbeats it had not got round to.
 
 - ``HeartbeatArrivals``, an ASGI middleware placed outermost, notes each heartbeat request when
-  the event loop first sees it and holds it in flight until its response is sent, after the
-  commit (the heartbeat's recorded time is its answer's: the agent's next one follows that);
+  the event loop first sees it and holds it in flight until its answer is sent, after the
+  commit, and then notes when that answer went out: the agent sends its next heartbeat only
+  after it, so the participant's window runs from there (under load the commit and answer took
+  up to 2 s after the heartbeat was recorded: a window from the record closed before the agent
+  could send again);
 - ``loop_watch`` runs on the event loop: each round stamps the time, then lets a few loop
   iterations pass, so bytes that reached a socket before that stamp have become requests the
   middleware saw; the stamp is then a horizon. A loop that falls behind holds the horizon back.
@@ -33,6 +36,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 HEARTBEAT_PATH = "/v1/participants/me/heartbeat"
+# Set by the heartbeat endpoint in the request's state: whose heartbeat it was.
+HEARTBEAT_OF = "heartbeat_of"
 # Loop iterations between a round's stamp and its use as a horizon: one for the selector to
 # read bytes that came before it, one for the request's task to reach the middleware, one spare.
 ITERATIONS = 3
@@ -48,6 +53,11 @@ class HeartbeatInbox:
         self._tokens = itertools.count()
         self._in_flight: dict[int, float] = {}
         self._loop_horizon: float | None = None
+        # Participant id -> when its last heartbeat's answer was sent. The database holds the
+        # time the heartbeat was recorded, before its commit and answer; the agent sends its
+        # next one only after the answer, so its window runs from the answer (as an asker's
+        # silence runs from its last answer), however long the commit took under load.
+        self._answered: dict[int, float] = {}
         # The registry heard nothing before it started: a window that began while it was down
         # (a restart) is counted from here, so its own outage never fails anyone.
         self.listening_since = clock()
@@ -61,6 +71,14 @@ class HeartbeatInbox:
     def done(self, token: int) -> None:
         with self._lock:
             self._in_flight.pop(token, None)
+
+    def answered(self, participant_id: int) -> None:
+        with self._lock:
+            self._answered[participant_id] = self._clock()
+
+    def answers(self) -> dict[int, datetime]:
+        with self._lock:
+            return {pid: datetime.fromtimestamp(at, UTC) for pid, at in self._answered.items()}
 
     def loop_checked(self, at: float) -> None:
         with self._lock:
@@ -115,6 +133,9 @@ class HeartbeatArrivals:
             return
         token, _ = self.inbox.arrived()
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, send)  # returns once the answer has been sent
+            participant = scope.get("state", {}).get(HEARTBEAT_OF)
+            if participant is not None:
+                self.inbox.answered(int(participant))
         finally:
             self.inbox.done(token)

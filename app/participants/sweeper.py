@@ -51,6 +51,7 @@ class FailureSweeper:
                 session,
                 checked_until=checked_until,
                 listening_since=self.inbox.listening_since_datetime(),
+                answered=self.inbox.answers(),
                 interval_seconds=self.interval_seconds,
                 misses=self.misses,
             )
