@@ -96,7 +96,10 @@ def prepare(
     contract: Contract | None = None,
     price: float | None = None,
     offer_id: int | None = None,
+    technique: str | None = None,
 ) -> Movement:
+    """``technique``: for a takeover, how the replica taking over restores the task (kept in
+    the audit entry: the replica record itself becomes the task at the commit)."""
     market = reason in MARKET
     locked = _lock_for_move(session, task, market=market, field="tasks")
     if target.id == locked.host_id:
@@ -134,6 +137,7 @@ def prepare(
             "to": target.name,
             "reason": reason.value,
             "epoch": movement.epoch,
+            **({"technique": technique} if technique else {}),
         },
     )
     return movement
@@ -391,6 +395,7 @@ def request(
             "outside the market a task moves only to its owner or one of its owner's partners",
             field="to",
         )
+    standby = replicas.hosted_by(session, task.id, target.id) if reason in TAKEOVERS else None
     return prepare(
         session,
         task,
@@ -399,6 +404,7 @@ def request(
         actor=principal.actor,
         contract=contract,
         price=contract.price_min if contract is not None else None,
+        technique=standby.technique.value if standby is not None else None,
     )
 
 
