@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from markupsafe import Markup
 
@@ -190,4 +191,11 @@ def availability_timeline(root: str, view: AvailabilityView) -> Markup:
             )
         )
     lanes = sorted({m.lane for m in marks})
-    return timeline(marks, lanes, fmt_clock, spans=spans, label="failures and failovers")
+    times = [m.at for m in marks]
+    # A failover within seconds of its failure: ticks a second apart would all read the same.
+    fmt = fmt_clock if not times or max(times) - min(times) >= 10 else _fmt_clock_ms
+    return timeline(marks, lanes, fmt, spans=spans, label="failures and failovers")
+
+
+def _fmt_clock_ms(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%H:%M:%S.%f")[:-3]
