@@ -8,8 +8,10 @@ the transaction.
 The fence, at once and in the same transaction:
 - ``failed_at`` is set and ``liveness`` becomes ``failed``; a ``participant_failures`` row and
   a ``participant.failed`` audit entry (the admin's event) record it;
-- every prepared movement to or from it is aborted: as a target it can no longer commit; as a
-  source its state transfer is cut, and the failover of its tasks must not wait for the lease;
+- every prepared movement it was to commit (as the target) is aborted: the task stays with its
+  host and may move again at once. A movement *from* it is left to its target, which may hold
+  the verified checkpoint already (the move that saves the task: commit, or abort when it
+  cannot reach the source; the stale-movement sweeper ends it otherwise);
 - from then on it may not commit a movement, report a replica's state or make an offer (409,
   field ``participant``): whatever it held is no longer its to act on as a host;
 - its heartbeats are still answered, with ``fenced: true``, so that its agent learns it.
@@ -117,7 +119,7 @@ def fence(
 ) -> ParticipantFailure:
     participant.failed_at = now
     previous, participant.liveness = participant.liveness, "failed"
-    aborted = repository.prepared_movements_of(session, participant.id)
+    aborted = repository.prepared_movements_to(session, participant.id)
     for movement in aborted:
         movement.status, movement.finished_at = MovementStatus.aborted, now
         audit.record(

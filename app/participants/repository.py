@@ -184,14 +184,11 @@ def silent_members(session: Session, heard_before: datetime) -> list[Participant
     return list(session.scalars(query))
 
 
-def prepared_movements_of(session: Session, participant_id: int) -> list[Movement]:
-    """Prepared movements to or from the participant, locked (skipping rows held elsewhere)."""
+def prepared_movements_to(session: Session, participant_id: int) -> list[Movement]:
+    """Prepared movements the participant was to commit, locked (skipping rows held elsewhere)."""
     query = (
         select(Movement)
-        .where(
-            Movement.status == MovementStatus.prepared,
-            or_(Movement.from_id == participant_id, Movement.to_id == participant_id),
-        )
+        .where(Movement.status == MovementStatus.prepared, Movement.to_id == participant_id)
         .order_by(Movement.id)
         .with_for_update(skip_locked=True)
     )

@@ -142,3 +142,23 @@ def test_the_registrys_own_outage_is_no_participants_silence(api: Api, db_url: s
     beat(api, "B")
     assert sweep(db_url, 0.45, listening_from=0.2) == []
     assert sweep(db_url, 0.5, listening_from=0.2) == ["B"]
+
+
+def test_a_move_away_from_a_failed_host_is_left_to_its_target(api: Api, db_url: str) -> None:
+    """A sells q1 to B, then A fails: B may hold the checkpoint already, so the move that saves
+    the task is not aborted; B commits it and becomes the host."""
+    _, movement = prepared_move(api)
+    beat(api, "A")
+    with unit_of_work(db_url) as session:
+        a = session.scalars(select(Participant).where(Participant.name == "A")).one()
+        assert a.last_heartbeat_at is not None
+        checked = a.last_heartbeat_at + timedelta(seconds=1)
+    with unit_of_work(db_url) as session:
+        failed = failures.sweep(
+            session, checked_until=checked, interval_seconds=INTERVAL, misses=MISSES
+        )
+        assert [p.name for p in failed] == ["A"]
+    assert api.get("B", f"/v1/movements/{movement}").json()["status"] == "prepared"
+    committed = api.post("B", f"/v1/movements/{movement}/commit", {"epoch": 1})
+    assert committed.status_code == 200, committed.text
+    assert api.get("admin", "/v1/tasks/q1/lease").json()["host"] == "B"
