@@ -33,6 +33,8 @@ from app.openapi_examples import install_examples
 from app.overload import install as install_overload_protection
 from app.overload import unavailable
 from app.participants.endpoints import router as participants_router
+from app.participants.inbox import HeartbeatArrivals, HeartbeatInbox, loop_watch
+from app.participants.sweeper import FailureSweeper
 from app.permits.endpoints import router as permits_router
 from app.request_limits import RequestLimits
 from app.settings import Settings, get_settings
@@ -145,17 +147,32 @@ def _data_error(_: Request, exc: Exception) -> JSONResponse:
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """While the service runs, a background thread aborts prepared movements past their lease."""
-    sweeper = StaleMovementSweeper(
-        app.state.session_factory, app.state.settings.movement_lease_seconds
+    """While the service runs, background threads abort prepared movements past their lease
+    and declare participants failed (and fence them) when a heartbeat window closes unanswered;
+    a task on the event loop keeps the heartbeat inbox's horizon (app.participants.inbox)."""
+    settings: Settings = app.state.settings
+    sweeper = StaleMovementSweeper(app.state.session_factory, settings.movement_lease_seconds)
+    failures = FailureSweeper(
+        app.state.session_factory,
+        app.state.heartbeat_inbox,
+        interval_seconds=settings.heartbeat_interval_seconds,
+        misses=settings.heartbeat_misses,
+        every=settings.failure_sweep_interval_seconds,
     )
     app.state.movement_sweeper = sweeper
+    app.state.failure_sweeper = failures
+    watch = asyncio.create_task(
+        loop_watch(app.state.heartbeat_inbox, settings.failure_sweep_interval_seconds / 4)
+    )
     sweeper.start()
+    failures.start()
     try:
         yield
     finally:
+        watch.cancel()
         # Off the event loop: a round in progress may wait on the database for a moment.
         await asyncio.to_thread(sweeper.stop)
+        await asyncio.to_thread(failures.stop)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -205,6 +222,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     mount_admin(app, settings)
     mount_docs(app)
+    # Outermost (added last): a heartbeat is stamped as it arrives, before it waits for an
+    # admission slot, a thread or its transaction, and the failure sweeper sees it in flight.
+    app.state.heartbeat_inbox = HeartbeatInbox()
+    app.add_middleware(HeartbeatArrivals, inbox=app.state.heartbeat_inbox)
     publish_error_responses(app)
     install_examples(app)  # after: it adds examples to the published document, errors included
     return app

@@ -36,6 +36,7 @@ _PARTICIPANT_READ = {
     "cost_model": _MM1,
     "endpoint": "grpc://10.0.0.2:7001",
     "last_heartbeat_at": _AT,
+    "failed_at": None,
     "created_at": _STARTS,
 }
 
@@ -113,10 +114,22 @@ EXAMPLES: dict[str, Example] = {
         "profile": {"site": "B"},
         "status": "active",
         "liveness": "online",
+        "failed_at": None,
     },
     "ParticipantEndpoint": {"name": "B", "endpoint": "grpc://10.0.0.2:7001", "liveness": "online"},
     "ParticipantStatus": "active",
     "ParticipantStatusUpdate": {"status": "suspended"},
+    # A late heartbeat of a participant the registry declared failed: it must drop what it ran
+    # and rejoin.
+    "HeartbeatAnswer": {
+        **_PARTICIPANT_READ,
+        "liveness": "failed",
+        "failed_at": "2026-11-24T09:12:41Z",
+        "fenced": True,
+        "heartbeat_interval_seconds": 1.0,
+        "heartbeat_misses": 3,
+    },
+    "Rejoined": {**_PARTICIPANT_READ, "was_fenced": True},
     "Heartbeat": {
         "endpoint": "grpc://10.0.0.1:7001",
         "load": 92.0,

@@ -40,10 +40,15 @@ class Settings(BaseSettings):
     metrics_token: str | None = None
     session_secret: str = "dev-session-secret-change-me"
     reports_dir: Path = Path("var") / "reports"
-    # Agents heartbeat the service at this interval; suspect after one miss, failed after
-    # ``heartbeat_misses``. Agent-to-agent heartbeats (100 ms in Borealis) are the runtime's.
+    # Agents heartbeat the service at this interval; suspect after one miss, failed (and
+    # fenced) once a window of ``heartbeat_misses`` intervals closed with no heartbeat
+    # (app.availability.detector's one rule). Agent-to-agent heartbeats use the detector's
+    # default, 100 ms x 3; to the service an HTTP request and a transaction each, so 1 s.
     heartbeat_interval_seconds: float = Field(default=1.0, gt=0)
     heartbeat_misses: int = Field(default=3, ge=1)
+    # How often the service's failure sweeper judges the members: a failure is declared at
+    # most this long after its window closed.
+    failure_sweep_interval_seconds: float = Field(default=0.25, gt=0)
     # Lease of a reconciliation permit (``/v1/permits``): long beside a reconciliation, so a
     # holder renews rarely, short enough that a crashed holder frees the fragment soon.
     permit_lease_seconds: float = Field(default=10.0, gt=0)

@@ -264,17 +264,33 @@ class TimelineMark:
     href: str
 
 
+@dataclass(frozen=True)
+class TimelineSpan:
+    """A stretch of one lane between two instants (e.g. from a failure to its failover)."""
+
+    start: float
+    end: float
+    lane: str
+    label: str
+    css: str
+
+
 def timeline(
-    marks: Sequence[TimelineMark], lanes: Sequence[str], fmt: Callable[[float], str]
+    marks: Sequence[TimelineMark],
+    lanes: Sequence[str],
+    fmt: Callable[[float], str],
+    *,
+    spans: Sequence[TimelineSpan] = (),
+    label: str = "movement timeline",
 ) -> Markup:
-    """One row per lane (movement reason), one dot per event at its time."""
+    """One row per lane (movement reason), one dot per event at its time; spans as bars."""
     width, lane_h, left, right, top = 900.0, 26.0, 120.0, 20.0, 10.0
     height = top + lane_h * len(lanes) + 30
     parts = [
         f'<svg class="timeline" width="{width:.0f}" height="{height:.0f}" '
-        f'viewBox="0 0 {width:.0f} {height:.0f}" role="img" aria-label="movement timeline">'
+        f'viewBox="0 0 {width:.0f} {height:.0f}" role="img" aria-label="{escape(label)}">'
     ]
-    times = [m.at for m in marks]
+    times = [m.at for m in marks] + [t for s in spans for t in (s.start, s.end)]
     t0, t1 = (min(times), max(times)) if times else (0.0, 1.0)
     if t1 <= t0:
         t0, t1 = t0 - 1, t1 + 1
@@ -293,6 +309,15 @@ def timeline(
             f'text-anchor="end">{escape(lane)}</text>'
         )
     lane_y = {lane: top + lane_h * i + lane_h / 2 for i, lane in enumerate(lanes)}
+    for span in spans:
+        span_at = lane_y.get(span.lane)
+        if span_at is None:
+            continue
+        x0, x1 = px(span.start), px(max(span.end, span.start))
+        parts.append(
+            f'<rect class="span {escape(span.css)}" x="{_f(x0)}" y="{_f(span_at - 4)}" '
+            f'width="{_f(max(x1 - x0, 2.0))}" height="8"><title>{escape(span.label)}</title></rect>'
+        )
     for m in marks:
         lane_at = lane_y.get(m.lane)
         if lane_at is None:

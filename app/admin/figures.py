@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from markupsafe import Markup
 
+from app.admin.availability import AvailabilityView
 from app.admin.charts import (
     Band,
     Chart,
     GraphEdge,
     Series,
     TimelineMark,
+    TimelineSpan,
     contract_graph,
     line_chart,
     timeline,
@@ -129,3 +132,70 @@ def moves_timeline(root: str, moves: Sequence[MovementRead]) -> Markup:
         for m in moves
     ]
     return timeline(marks, LANES, fmt_clock)
+
+
+def availability_timeline(root: str, view: AvailabilityView) -> Markup:
+    """One lane per participant that failed or took part in a failover: a red dot where the
+    registry declared it failed, a bar from there to each failover of a task it hosted (the
+    recovery), a blue dot at the failover's commit, a green dot where it rejoined."""
+    marks: list[TimelineMark] = []
+    spans: list[TimelineSpan] = []
+    for f in view.failures:
+        marks.append(
+            TimelineMark(
+                at=f.failed_at.timestamp(),
+                lane=f.participant,
+                label=f"{f.participant} declared failed at {fmt_clock(f.failed_at.timestamp())}",
+                css="mark-failed",
+                href=f"{root}/participants/{f.participant}",
+            )
+        )
+        if f.rejoined_at is not None:
+            spans.append(
+                TimelineSpan(
+                    f.failed_at.timestamp(),
+                    f.rejoined_at.timestamp(),
+                    f.participant,
+                    f"{f.participant} fenced until it rejoined",
+                    "span-down",
+                )
+            )
+            marks.append(
+                TimelineMark(
+                    at=f.rejoined_at.timestamp(),
+                    lane=f.participant,
+                    label=f"{f.participant} rejoined at {fmt_clock(f.rejoined_at.timestamp())}",
+                    css="mark-rejoined",
+                    href=f"{root}/participants/{f.participant}",
+                )
+            )
+    for m in view.failovers:
+        took = m.recovery_seconds
+        how = f" by {m.technique.replace('_', ' ')}" if m.technique else ""
+        label = f"#{m.movement_id} {m.task}: {m.src} \u2192 {m.to}{how} ({m.status})" + (
+            f", recovered {took:.2f} s after the failure" if took is not None else ""
+        )
+        if m.failed_at is not None and m.finished_at is not None:
+            spans.append(
+                TimelineSpan(
+                    m.failed_at.timestamp(), m.finished_at.timestamp(), m.src, label, "span"
+                )
+            )
+        marks.append(
+            TimelineMark(
+                at=m.at.timestamp(),
+                lane=m.src,
+                label=label,
+                css="mark-failover",
+                href=f"{root}/tasks/{m.task}",
+            )
+        )
+    lanes = sorted({m.lane for m in marks})
+    times = [m.at for m in marks]
+    # A failover within seconds of its failure: ticks a second apart would all read the same.
+    fmt = fmt_clock if not times or max(times) - min(times) >= 10 else _fmt_clock_ms
+    return timeline(marks, lanes, fmt, spans=spans, label="failures and failovers")
+
+
+def _fmt_clock_ms(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%H:%M:%S.%f")[:-3]

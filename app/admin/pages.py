@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, RedirectResponse, Response
 
+from app.admin import availability as available
 from app.admin import charts, figures, readmodels, reports
 from app.admin.rendering import render
 from app.admin.security import AdminSession, LoginForm, safe_next, sign_in, sign_out
@@ -121,6 +122,22 @@ def replicas(
             "per_participant": charts.count_bars(
                 view.per_participant, label="replicas hosted per participant"
             ),
+        },
+    )
+
+
+@router.get("/availability")
+def availability(
+    request: Request, _: AdminSession, session: SessionDep, settings: SettingsDep
+) -> Response:
+    view = available.availability(session, settings)
+    return render(
+        request,
+        "availability.html",
+        {
+            "v": view,
+            "timeline": figures.availability_timeline(_root(request), view),
+            "window": f"{settings.heartbeat_interval_seconds:g} s x {settings.heartbeat_misses}",
         },
     )
 

@@ -133,7 +133,7 @@ def _row(
             participant.last_heartbeat_at,
             now,
             interval_seconds=settings.heartbeat_interval_seconds,
-            misses=settings.heartbeat_misses,
+            failed_at=participant.failed_at,
         ),
         capacity=participant.capacity,
         load=load,
@@ -390,7 +390,7 @@ def replica_overview(
             p.last_heartbeat_at,
             now,
             interval_seconds=settings.heartbeat_interval_seconds,
-            misses=settings.heartbeat_misses,
+            failed_at=p.failed_at,
         )
         for pid, p in people.items()
     }

@@ -10,7 +10,12 @@ from app.models.movement import (
     Offer,
     OfferStatus,
 )
-from app.models.participant import Participant, ParticipantSample, ParticipantStatus
+from app.models.participant import (
+    Participant,
+    ParticipantFailure,
+    ParticipantSample,
+    ParticipantStatus,
+)
 from app.models.permit import ReconciliationPermit
 from app.models.replica import Replica, ReplicaTechnique
 from app.models.task import Task
@@ -30,6 +35,7 @@ __all__ = [
     "Offer",
     "OfferStatus",
     "Participant",
+    "ParticipantFailure",
     "ParticipantSample",
     "ParticipantStatus",
     "ReconciliationPermit",

@@ -38,6 +38,9 @@ class Participant(Base):
     # Liveness as seen by the service (online / suspect / failed / unknown), fed by heartbeats.
     liveness: Mapped[str] = mapped_column(String(16), default="unknown")
     last_heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    # Set by the registry's failure sweeper when a heartbeat window closed unanswered (the
+    # participant is fenced until it rejoins); null while it is a member in good standing.
+    failed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     endpoint: Mapped[str | None] = mapped_column(String(255), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
@@ -58,3 +61,21 @@ class ParticipantSample(Base):
     threshold: Mapped[float | None] = mapped_column(Float, nullable=True)
     # DPC node state of the participant's fragments: STABLE, UP_FAILURE, STABILIZATION.
     node_state: Mapped[str | None] = mapped_column(String(16), nullable=True)
+
+
+class ParticipantFailure(Base):
+    """One failure the registry declared, and when the participant rejoined after it: the
+    history the admin's availability timeline draws (``participants.failed_at`` is the now)."""
+
+    __tablename__ = "participant_failures"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    participant_id: Mapped[int] = mapped_column(
+        ForeignKey("participants.id", ondelete="CASCADE"), index=True
+    )
+    failed_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    # The last heartbeat the registry had recorded: the failure happened after it.
+    last_heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    # What the fence ended: prepared movements aborted at once.
+    aborted_movements: Mapped[int] = mapped_column(Integer, default=0)
+    rejoined_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request, Response, status
 
 from app.api_types import PathId
-from app.auth.dependencies import CurrentPrincipal, SessionDep, SettingsDep
+from app.auth.dependencies import CurrentPrincipal, SessionDep
 from app.movements import repository, service
 from app.movements.schemas import MovementCommit, MovementCreate, MovementRead
 from app.pagination import PageRequest, page_request, paginate
@@ -22,19 +22,14 @@ MovementsPage = Annotated[PageRequest, Depends(page_request("movements", int))]
     response_model_by_alias=True,
     status_code=status.HTTP_201_CREATED,
 )
-def request(
-    body: MovementCreate, me: CurrentPrincipal, session: SessionDep, settings: SettingsDep
-) -> MovementRead:
+def request(body: MovementCreate, me: CurrentPrincipal, session: SessionDep) -> MovementRead:
     """Prepare a relocation outside the market: failover, replica switch or reconciliation.
 
     The target is the task's owner or a partner under an active contract with the owner (403
     otherwise). A failover or replica switch is asked for by the host of the task's replica or
     standby that takes it over (403 otherwise), only while the registry sees the current host
     failed (409 otherwise); a reconciliation by the owner. A task you cannot see is 404."""
-    detector = service.FailureDetector(
-        settings.heartbeat_interval_seconds, settings.heartbeat_misses
-    )
-    movement = service.request(session, me, body.task, body.to, body.reason, detector=detector)
+    movement = service.request(session, me, body.task, body.to, body.reason)
     return service.to_read(session, [movement])[0]
 
 

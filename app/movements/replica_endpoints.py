@@ -47,7 +47,6 @@ def list_replicas(
         session,
         participants.all_participants(session),
         interval_seconds=settings.heartbeat_interval_seconds,
-        misses=settings.heartbeat_misses,
     )
     after = None if page.after is None else (int(page.after[0]), int(page.after[1]))
     found = replicas.visible(session, me, after=after, limit=page.fetch)

@@ -23,6 +23,7 @@ from app.models import Contract, ContractStatus, Participant, Replica, ReplicaTe
 from app.movements.hops import CommittedMove, Hop, after_move
 from app.movements.ledger import charge_hops
 from app.movements.replica_schemas import ReplicaRead
+from app.participants.failures import check_not_fenced
 
 # The ledger kind of a replica's payments (a primary's are "accrual").
 REPLICA_KIND = "replica"
@@ -236,6 +237,7 @@ def report_state(
     if replica is None:
         # The same answer as for an unknown name: a task is nobody else's business.
         raise NotFound(_no_task(task_name), field="task")
+    check_not_fenced(session.get(Participant, replica.participant_id), acting_as="report")
     if epoch is not None and epoch != replica.lease_epoch:
         what = "stale" if epoch < replica.lease_epoch else "unknown"
         raise Conflict(

@@ -10,7 +10,6 @@ with its old host; the service runs it in the background (``app.movements.sweepe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import select
@@ -36,6 +35,7 @@ from app.movements import replicas, repository
 from app.movements.payments import accrue_task
 from app.movements.schemas import MovementRead
 from app.participants import repository as participants
+from app.participants.failures import check_not_fenced
 
 MARKET = MARKET_REASONS
 # Relocations that hand the task to the copy that already runs beside it (active standby) or
@@ -96,7 +96,10 @@ def prepare(
     contract: Contract | None = None,
     price: float | None = None,
     offer_id: int | None = None,
+    technique: str | None = None,
 ) -> Movement:
+    """``technique``: for a takeover, how the replica taking over restores the task (kept in
+    the audit entry: the replica record itself becomes the task at the commit)."""
     market = reason in MARKET
     locked = _lock_for_move(session, task, market=market, field="tasks")
     if target.id == locked.host_id:
@@ -134,6 +137,7 @@ def prepare(
             "to": target.name,
             "reason": reason.value,
             "epoch": movement.epoch,
+            **({"technique": technique} if technique else {}),
         },
     )
     return movement
@@ -249,6 +253,7 @@ def _visible(
 def commit(session: Session, principal: Principal, movement_id: int, epoch: int) -> Movement:
     """The new host reports that it has resumed the task: it becomes the host of record."""
     movement = _prepared(session, principal, movement_id, receiver_only=True)
+    check_not_fenced(session.get(Participant, movement.to_id), acting_as="commit a movement")
     if epoch != movement.epoch:
         raise Conflict(
             f"stale epoch {epoch}: this movement holds epoch {movement.epoch}", field="epoch"
@@ -348,22 +353,12 @@ def abort_stale(session: Session, *, lease_seconds: float, now: datetime | None 
     return len(stale)
 
 
-@dataclass(frozen=True)
-class FailureDetector:
-    """The registry's view of a host's heartbeats (``Settings.heartbeat_*``)."""
-
-    interval_seconds: float
-    misses: int
-
-
 def request(
     session: Session,
     principal: Principal,
     task_name: str,
     to: str,
     reason: MovementReason,
-    *,
-    detector: FailureDetector,
 ) -> Movement:
     """A relocation outside the market (failover, replica switch, reconciliation).
 
@@ -385,8 +380,9 @@ def request(
     target = participants.get_by_name(session, to)
     if target is None:
         raise InvalidInput(f"unknown participant {to!r}", field="to")
+    check_not_fenced(target, acting_as="take a task over")
     if reason in TAKEOVERS:
-        _check_takeover(session, principal, task, target, reason, detector)
+        _check_takeover(session, principal, task, target, reason)
     elif not principal.is_admin and principal.participant_id != task.owner_id:
         raise Forbidden(
             f"only the owner of task {task.name} relocates it for {reason.value}", field="reason"
@@ -399,6 +395,7 @@ def request(
             "outside the market a task moves only to its owner or one of its owner's partners",
             field="to",
         )
+    standby = replicas.hosted_by(session, task.id, target.id) if reason in TAKEOVERS else None
     return prepare(
         session,
         task,
@@ -407,6 +404,7 @@ def request(
         actor=principal.actor,
         contract=contract,
         price=contract.price_min if contract is not None else None,
+        technique=standby.technique.value if standby is not None else None,
     )
 
 
@@ -425,13 +423,11 @@ def _check_takeover(
     task: Task,
     target: Participant,
     reason: MovementReason,
-    detector: FailureDetector,
 ) -> None:
     """Only the replica's own host takes it over, and only from a host the registry sees failed:
     a partner with a replica-hosting contract but no copy, or a replica host while the host is
-    alive, would otherwise take the task (issue 15, "A partner can take over")."""
-    from app.participants.service import refresh_liveness
-
+    alive, would otherwise take the task (issue 15, "A partner can take over"). Failed means
+    declared so by the registry's failure sweeper (app.participants.failures), nothing less."""
     if not principal.is_admin and principal.participant_id != target.id:
         raise Forbidden(
             f"a {reason.value} is asked for by the participant taking the task over (the host "
@@ -446,10 +442,7 @@ def _check_takeover(
         )
     host = session.get(Participant, task.host_id)
     assert host is not None  # a task's host is a foreign key
-    refresh_liveness(
-        session, [host], interval_seconds=detector.interval_seconds, misses=detector.misses
-    )
-    if host.liveness != "failed":
+    if host.failed_at is None:
         raise Conflict(
             f"the registry sees {host.name}, the host of task {task.name}, as {host.liveness}, "
             f"not failed: a {reason.value} takes a task only from a failed host",

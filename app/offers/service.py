@@ -41,6 +41,7 @@ from app.movements import replicas as replica_rows
 from app.movements import service as movements
 from app.offers.schemas import OfferCreate, OfferRead
 from app.participants import repository as participants
+from app.participants.failures import check_not_fenced
 
 
 def _tasks_by_name(session: Session, names: list[str]) -> dict[str, Task]:
@@ -51,6 +52,8 @@ def create(session: Session, principal: Principal, data: OfferCreate) -> Offer:
     if principal.participant_id is None:
         raise InvalidInput("offers are made by participants, not the admin key")
     me = principal.participant_id
+    # A participant the registry declared failed holds nothing it may sell until it rejoins.
+    check_not_fenced(session.get(Participant, me), acting_as="offer tasks")
     contract = contracts.get_visible(session, principal, data.contract_id)
     if contract.status is not ContractStatus.active:
         raise Conflict(
@@ -225,6 +228,7 @@ def accept(
 ) -> Offer:
     """Take the offered tasks (or the named subset) at the agreed price; see the module doc."""
     offer = _decidable(session, principal, offer_id, version, by="addressee")
+    check_not_fenced(session.get(Participant, offer.to_id), acting_as="take tasks")
     offered = {t.id: t for t in session.scalars(select(Task).where(Task.id.in_(offer.task_ids)))}
     replica_ids = list(offer.detail.get("replica_task_ids", []))
     offered_replicas = {

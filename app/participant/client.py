@@ -80,6 +80,10 @@ class FedloadClient:
     def heartbeat(self, **report: Any) -> dict[str, Any]:
         return dict(self._call("POST", "/v1/participants/me/heartbeat", json=report))
 
+    def rejoin(self) -> dict[str, Any]:
+        """End this participant's fence after a declared failure (drop what ran here first)."""
+        return dict(self._call("POST", "/v1/participants/me/rejoin"))
+
     # contracts
     def contracts(self, status: str | None = None) -> list[dict[str, Any]]:
         return self._list("/v1/contracts", {"status": status} if status else None)

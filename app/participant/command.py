@@ -28,6 +28,7 @@ import typer
 
 from app.cli_errors import ensure_free_port
 from app.participant.client import ApiError, FedloadClient
+from app.participant.heartbeat import ServiceHeartbeats
 from app.participant.ports import Host, MovementRecord, Mover, NoHost, Received
 
 if TYPE_CHECKING:  # imported when an agent runs: they load SciPy, seconds on every fedload start
@@ -103,6 +104,8 @@ class HostFailure(RuntimeError):
 # Back-off while the service is unreachable: 0.5 s doubling to 15 s, each wait drawn from
 # [half, full] so that a federation's agents do not all return in the same instant.
 BACKOFF_FIRST_S = 0.5
+# How long the agent waits for its heartbeat sender's first answer before it ticks regardless.
+HEARTBEAT_START_S = 30.0
 BACKOFF_MAX_S = 15.0
 
 
@@ -153,6 +156,10 @@ def run_agent(options: AgentOptions, make_host: HostFactory) -> int:
         options.data_dir.mkdir(parents=True, exist_ok=True)
         host, mover = make_host(AgentContext(options, client))
         events = options.events or options.data_dir / "events.jsonl"
+        # Heartbeats from a process of the agent's own: a long tick never silences them.
+        beats = ServiceHeartbeats(options.api, options.key, host.endpoint, client.rejoin)
+        if not beats.wait_up(HEARTBEAT_START_S):
+            log.warning("no heartbeat answered within %g s; ticking anyway", HEARTBEAT_START_S)
         try:
             node = Agent(
                 options.participant,
@@ -164,23 +171,33 @@ def run_agent(options: AgentOptions, make_host: HostFactory) -> int:
                 on_move=lambda move: _record(events, move),
                 accept_fragments=options.accept_fragments,
             )
-            _loop(node, client, options, stop)
+            _loop(node, client, options, stop, beats)
         except HostFailure as error:
             log.error("%s: %s", options.participant, error)
             return 3
         finally:
+            beats.close()
             host.close()
         return 0
     finally:
         client.close()
 
 
-def _loop(node: Agent, client: FedloadClient, options: AgentOptions, stop: threading.Event) -> None:
+def _loop(
+    node: Agent,
+    client: FedloadClient,
+    options: AgentOptions,
+    stop: threading.Event,
+    beats: ServiceHeartbeats | None = None,
+) -> None:
     rng, failures, tick = random.Random(), 0, 0
     started = time.monotonic()
     while not stop.is_set() and (options.ticks == 0 or tick < options.ticks):
         began = time.monotonic()
         try:
+            if beats is not None:
+                # Declared failed: drop what ran here and rejoin (app.participants.failures).
+                beats.settle(lambda: node.host.reconcile([]))
             liveness = {p["name"]: p["liveness"] for p in client.participants()}
             node.tick(began - started, liveness=liveness)
         except HostFailure:

@@ -16,9 +16,11 @@ from app.auth.dependencies import (
 )
 from app.errors import Forbidden
 from app.pagination import PageRequest, page_request, paginate
-from app.participants import repository, service
+from app.participants import failures, repository, service
+from app.participants.inbox import HEARTBEAT_OF
 from app.participants.schemas import (
     Heartbeat,
+    HeartbeatAnswer,
     KeyRotated,
     ParticipantCreate,
     ParticipantCreated,
@@ -26,6 +28,7 @@ from app.participants.schemas import (
     ParticipantPublic,
     ParticipantRead,
     ParticipantStatusUpdate,
+    Rejoined,
 )
 
 router = APIRouter(prefix="/v1/participants", tags=["participants"])
@@ -48,10 +51,37 @@ def read_me(me: CurrentParticipant) -> ParticipantRead:
     return ParticipantRead.model_validate(me)
 
 
-@router.post("/me/heartbeat", response_model=ParticipantRead)
-def heartbeat(body: Heartbeat, me: CurrentParticipant, session: SessionDep) -> ParticipantRead:
-    """Report liveness, the agent's endpoint and, optionally, its load and marginal cost."""
-    return ParticipantRead.model_validate(service.heartbeat(session, me, body))
+@router.post("/me/heartbeat", response_model=HeartbeatAnswer)
+def heartbeat(
+    body: Heartbeat,
+    me: CurrentParticipant,
+    session: SessionDep,
+    settings: SettingsDep,
+    request: Request,
+) -> HeartbeatAnswer:
+    """Report liveness, the agent's endpoint and, optionally, its load and marginal cost. The
+    answer says whether the registry has declared this participant failed (``fenced``): then
+    stop every fragment and replica you ran and ``POST /v1/participants/me/rejoin``."""
+    participant = service.heartbeat(session, me, body)
+    # For the failure sweeper: whose answer this is (app.participants.inbox).
+    setattr(request.state, HEARTBEAT_OF, participant.id)
+    read = ParticipantRead.model_validate(participant)
+    return HeartbeatAnswer(
+        **read.model_dump(),
+        fenced=participant.failed_at is not None,
+        heartbeat_interval_seconds=settings.heartbeat_interval_seconds,
+        heartbeat_misses=settings.heartbeat_misses,
+    )
+
+
+@router.post("/me/rejoin", response_model=Rejoined)
+def rejoin(me: CurrentParticipant, session: SessionDep) -> Rejoined:
+    """End this participant's fence after a failure the registry declared: call it only once
+    your agent stopped every fragment and replica it ran (a replica may have taken them over).
+    Counts as a heartbeat; afterwards run what the registry says you host. Audited."""
+    was_fenced = failures.rejoin(session, me)
+    read = ParticipantRead.model_validate(me)
+    return Rejoined(**read.model_dump(), was_fenced=was_fenced)
 
 
 @router.post("/me/keys", response_model=KeyRotated, status_code=status.HTTP_201_CREATED)
@@ -104,7 +134,6 @@ def list_participants(
         session,
         people,
         interval_seconds=settings.heartbeat_interval_seconds,
-        misses=settings.heartbeat_misses,
     )
     return [ParticipantPublic.model_validate(p) for p in people]
 
@@ -119,7 +148,6 @@ def read_participant(
         session,
         [participant],
         interval_seconds=settings.heartbeat_interval_seconds,
-        misses=settings.heartbeat_misses,
     )
     return ParticipantRead.model_validate(participant)
 
@@ -137,7 +165,6 @@ def read_endpoint(
         session,
         [participant],
         interval_seconds=settings.heartbeat_interval_seconds,
-        misses=settings.heartbeat_misses,
     )
     return ParticipantEndpoint(
         name=participant.name, endpoint=participant.endpoint, liveness=participant.liveness

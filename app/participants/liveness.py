@@ -1,9 +1,9 @@
-"""Liveness of a participant as the service sees it, from its heartbeats. Pure.
+"""Liveness of a participant as the service shows it, from its heartbeats. Pure.
 
-Borealis's failure detector declares a peer failed after a number of missed heartbeats (DESIGN.md:
-every 100 ms, failed after 3 misses, both configurable). The service applies the same rule to the
-agents' heartbeats at its own, coarser interval: one missed beat makes a participant suspect,
-``misses`` make it failed.
+``failed`` is never computed here: only the registry's failure sweeper declares it, once a
+heartbeat window closed unanswered (``app.participants.failures``, the detector's one rule), and
+only a rejoin ends it. Between heartbeats a participant is ``online``; silent for more than one
+interval it is ``suspect`` (shown, never acted on).
 """
 
 from __future__ import annotations
@@ -15,13 +15,15 @@ Liveness = Literal["unknown", "online", "suspect", "failed"]
 
 
 def liveness(
-    last_heartbeat: datetime | None, now: datetime, *, interval_seconds: float, misses: int
+    last_heartbeat: datetime | None,
+    now: datetime,
+    *,
+    interval_seconds: float,
+    failed_at: datetime | None = None,
 ) -> Liveness:
+    if failed_at is not None:
+        return "failed"
     if last_heartbeat is None:
         return "unknown"
     silent = (now - last_heartbeat).total_seconds()
-    if silent <= interval_seconds:
-        return "online"
-    if silent <= interval_seconds * misses:
-        return "suspect"
-    return "failed"
+    return "online" if silent <= interval_seconds else "suspect"

@@ -15,7 +15,9 @@ from app.models import (
     Movement,
     MovementStatus,
     Participant,
+    ParticipantFailure,
     ParticipantSample,
+    ParticipantStatus,
     Replica,
     Task,
 )
@@ -161,4 +163,45 @@ def moving_between(session: Session, a: int, b: int) -> bool:
                 )
             )
         )
+    )
+
+
+def silent_members(session: Session, heard_before: datetime) -> list[Participant]:
+    """Active participants not yet marked failed whose last heartbeat is no later than
+    ``heard_before``, locked; a row a heartbeat's transaction holds is skipped (that heartbeat
+    is news the next round reads). Never-heard participants are not judged: no agent runs them."""
+    query = (
+        select(Participant)
+        .where(
+            Participant.failed_at.is_(None),
+            Participant.last_heartbeat_at.is_not(None),
+            Participant.last_heartbeat_at <= heard_before,
+            Participant.status == ParticipantStatus.active,
+        )
+        .order_by(Participant.id)
+        .with_for_update(skip_locked=True)
+    )
+    return list(session.scalars(query))
+
+
+def prepared_movements_to(session: Session, participant_id: int) -> list[Movement]:
+    """Prepared movements the participant was to commit, locked (skipping rows held elsewhere)."""
+    query = (
+        select(Movement)
+        .where(Movement.status == MovementStatus.prepared, Movement.to_id == participant_id)
+        .order_by(Movement.id)
+        .with_for_update(skip_locked=True)
+    )
+    return list(session.scalars(query))
+
+
+def open_failure(session: Session, participant_id: int) -> ParticipantFailure | None:
+    return session.scalar(
+        select(ParticipantFailure)
+        .where(
+            ParticipantFailure.participant_id == participant_id,
+            ParticipantFailure.rejoined_at.is_(None),
+        )
+        .order_by(ParticipantFailure.id.desc())
+        .limit(1)
     )

@@ -33,7 +33,15 @@ class ParticipantPublic(BaseModel):
     name: str
     profile: dict[str, Any]
     status: ParticipantStatus
-    liveness: str
+    liveness: str = Field(
+        description="online, suspect (silent past one heartbeat interval), failed (declared "
+        "by the registry's failure sweeper: fenced until it rejoins) or unknown (never heard)."
+    )
+    failed_at: datetime | None = Field(
+        default=None,
+        description="When the registry declared the participant failed (a heartbeat window "
+        "closed unanswered); null while it is a member in good standing.",
+    )
 
 
 class ParticipantRead(ParticipantPublic):
@@ -74,6 +82,28 @@ class Heartbeat(BaseModel):
     marginal_cost: NonNegative | None = None
     threshold: NonNegative | None = None
     node_state: Literal["STABLE", "UP_FAILURE", "STABILIZATION"] | None = None
+
+
+class HeartbeatAnswer(ParticipantRead):
+    """The registry's answer to a heartbeat: the participant as it sees itself, and whether it
+    is fenced. A fenced agent stops every fragment and replica it ran, then rejoins."""
+
+    fenced: bool = Field(
+        description="True once the registry declared this participant failed: its heartbeats "
+        "are recorded but it stays failed; drop what you hosted, then POST "
+        "/v1/participants/me/rejoin."
+    )
+    heartbeat_interval_seconds: float = Field(
+        description="Heartbeat at this interval: the registry declares a participant failed "
+        "once heartbeat_misses intervals pass with none."
+    )
+    heartbeat_misses: int = Field(description="Intervals in the registry's failure window.")
+
+
+class Rejoined(ParticipantRead):
+    """A participant back after a failure (or a rejoin that found it not fenced)."""
+
+    was_fenced: bool = Field(description="False when the participant was not fenced.")
 
 
 class KeyRotated(BaseModel):

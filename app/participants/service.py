@@ -154,12 +154,19 @@ def rotate_key(
 
 
 def heartbeat(session: Session, participant: Participant, beat: Heartbeat) -> Participant:
-    """Mark the participant online, keep a load sample, and bring its payments up to date."""
+    """Record a heartbeat, keep a load sample, and bring the participant's payments up to date.
+
+    The heartbeat's time is when the service answers it, not when it arrived: an agent sends
+    its next one after this answer, so its window runs from here (a heartbeat still on its way
+    holds the failure sweeper back until then: ``app.participants.inbox``). A fenced
+    participant's heartbeat is recorded and answered, but it stays failed until it rejoins
+    (``app.participants.failures``)."""
     from app.movements.payments import accrue_participant
 
     now = utcnow()
     participant.last_heartbeat_at = now
-    participant.liveness = "online"
+    if participant.failed_at is None:
+        participant.liveness = "online"
     if beat.endpoint is not None:
         participant.endpoint = beat.endpoint
     if beat.load is not None:
@@ -181,15 +188,19 @@ def heartbeat(session: Session, participant: Participant, beat: Heartbeat) -> Pa
 
 
 def refresh_liveness(
-    session: Session, people: list[Participant], *, interval_seconds: float, misses: int
+    session: Session, people: list[Participant], *, interval_seconds: float
 ) -> None:
-    """Bring each participant's stored liveness up to date; audit every change of state."""
+    """Bring each participant's shown liveness (online / suspect) up to date; audit every
+    change. ``failed`` is the failure sweeper's alone (app.participants.failures)."""
     from app.participants.liveness import liveness
 
     now = utcnow()
     for participant in people:
         current = liveness(
-            participant.last_heartbeat_at, now, interval_seconds=interval_seconds, misses=misses
+            participant.last_heartbeat_at,
+            now,
+            interval_seconds=interval_seconds,
+            failed_at=participant.failed_at,
         )
         if current != participant.liveness:
             audit.record(

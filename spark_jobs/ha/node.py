@@ -408,6 +408,9 @@ class HANode:
                     try:
                         state = client.action("dpc_state")
                     except Exception:
+                        # The wait ended unanswered: the detector's one rule counts the window
+                        # from the last answer to the end of such waits (never the clock alone).
+                        self.detector.missed(replica)
                         continue
                     self.detector.heard(replica)
                     link.states[replica] = state

@@ -37,6 +37,7 @@ from app.availability import (
     StreamView,
     WindowCount,
 )
+from app.availability.heartbeats import wait_until_failed
 from app.availability.operators import Passthrough
 from app.availability.simulation import source_rows
 from spark_jobs.ha.cluster import Cluster
@@ -480,14 +481,11 @@ def run_crash(
         # The registry's failure detector: heartbeats to B every interval, failed after misses.
         detector = FailureDetector(time.monotonic, interval=t.heartbeat_ms / 1000, misses=t.misses)
         detector.heard("B")
-        while not detector.failed("B"):
-            if detector.should_ping("B"):
-                try:
-                    cluster.call("B", "dpc_state", timeout=t.heartbeat_ms / 1000)
-                    detector.heard("B")
-                except Exception:
-                    pass
-            time.sleep(t.heartbeat_ms / 4000)
+        wait_until_failed(
+            detector,
+            "B",
+            lambda _peer, timeout: cluster.call("B", "dpc_state", timeout=timeout),
+        )
         detected_at = cluster.now_ms()
         move = coordinator.prepare("B", "B", "B2", "failover")
         if technique == "upstream_backup":

@@ -46,6 +46,7 @@ from typing import Any
 import pyarrow as pa
 
 from app.availability.detector import FailureDetector
+from app.availability.heartbeats import wait_until_failed
 from spark_jobs.ha.heartbeat import HeartbeatClient, port_of
 from spark_jobs.ha.spark_control import ActionClient, ActionServer, registry_handlers
 from spark_jobs.ha.spark_host import (
@@ -287,20 +288,14 @@ def _stale_write_refused(location: str, stream: str) -> bool:
 
 def _detect(heartbeat: str, t: SparkCrashTimings) -> float:
     """Heartbeats to B's heartbeat responder until the detector declares B failed; returns that
-    moment. The responder dies with B (spark_jobs.ha.heartbeat), so its silence is B's death."""
-    interval = t.heartbeat_ms / 1000
-    detector = FailureDetector(time.monotonic, interval=interval, misses=t.misses)
+    moment. The responder dies with B (spark_jobs.ha.heartbeat), so its silence is B's death.
+    The one heartbeat loop and rule of app.availability: each ping waits for its answer to the
+    end of the window, and only a wait that ended unanswered there fails B."""
+    detector = FailureDetector(time.monotonic, interval=t.heartbeat_ms / 1000, misses=t.misses)
     detector.heard("B")
     client = HeartbeatClient(port_of(heartbeat))
     try:
-        while not detector.failed("B"):
-            if detector.should_ping("B"):
-                try:
-                    client.ping(interval)
-                    detector.heard("B")
-                except OSError:
-                    pass
-            time.sleep(interval / 10)
+        wait_until_failed(detector, "B", lambda _peer, timeout: client.ping(timeout))
     finally:
         client.close()
     return time.time()

@@ -178,11 +178,10 @@ class PartitionConsumer:
         # Per replica, each unanswered heartbeat: when, and how it failed (what a replica that
         # is not heard again after a heal was doing: refused, reset or silent).
         self.ping_failures: dict[str, list[tuple[float, str]]] = {n: [] for n in self.names}
-        # Per replica: a heartbeat sent since its last answer went unanswered to the end of the
-        # detector's window. The detector alone judges by the clock, and a starved C (its
-        # heartbeat thread not scheduled for 400 ms at CI load, the answer waiting in its socket)
-        # then blamed a live replica; a miss is what C saw go unanswered, not its own absence.
-        self._missed: dict[str, bool] = dict.fromkeys(self.names, False)
+        # A replica is failed only once a heartbeat C sent went unanswered to the end of the
+        # detector's window (app.availability.detector's one rule): a starved C (its heartbeat
+        # thread not scheduled for 400 ms at CI load, the answer waiting in its socket) judged
+        # by the clock alone once blamed a live replica; a miss is what C saw go unanswered.
         self.status_log: list[dict[str, Any]] = []
         self.read_errors: dict[str, int] = dict.fromkeys(self.names, 0)
         self.errors: list[str] = []
@@ -221,36 +220,25 @@ class PartitionConsumer:
                     due = self.detector.should_ping(name)
                 if not due:
                     continue
+                with self._lock:
+                    timeout = self.detector.ping_timeout(name)
                 try:
-                    link.ping(self._ping_deadline(name))
+                    link.ping(timeout)
                 except OSError as error:
                     with self._lock:
-                        self._missed[name] = True
+                        self.detector.missed(name)
                     self.ping_failures[name].append((time.time(), type(error).__name__))
                     continue
                 with self._lock:
-                    if self.detector.failed(name) and self._missed[name]:
+                    if self.detector.failed(name):
                         self.back_at[name].append(time.time())
-                    self._missed[name] = False
                     self.detector.heard(name)
                     self.heard_at[name].append(time.time())
         finally:
             link.close()
 
-    def _ping_deadline(self, name: str) -> float:
-        """Wait for the answer to the end of the detector's window (so a timeout is a miss the
-        moment the window closes), or a whole window once the replica is already failed."""
-        with self._lock:
-            if self._missed[name]:
-                return self.deadline
-            silent = self.detector.silence(name)
-        return max(self.interval, self.deadline - silent)
-
     def _status_of(self, name: str) -> PeerStatus:
-        status = self.detector.status(name)
-        if status is PeerStatus.FAILED and not self._missed[name]:
-            return PeerStatus.SUSPECT  # past the window, but its heartbeat not missed yet
-        return status
+        return self.detector.status(name)
 
     def _read_loop(self) -> None:
         links = {

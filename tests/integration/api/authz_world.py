@@ -36,6 +36,7 @@ from app.db.base import Base, utcnow
 from app.db.session import dispose_engines, get_engine, unit_of_work
 from app.main import create_app
 from app.models import Participant
+from app.participants import failures
 from app.settings import Settings
 from tests.integration.api.conftest import ADMIN_KEY, Api
 from tests.support.databases import _truncate_all as truncate_all
@@ -81,10 +82,14 @@ class World:
         return movement
 
     def fail(self, name: str) -> None:
-        """The registry last heard of ``name`` an hour ago: it sees it failed."""
+        """The registry last heard of ``name`` an hour ago, and its failure sweeper's round (run
+        here, not waited for) declares it failed."""
         with unit_of_work(self.db_url) as session:
             participant = session.query(Participant).filter_by(name=name).one()
             participant.last_heartbeat_at = utcnow() - timedelta(hours=1)
+        with unit_of_work(self.db_url) as session:
+            failed = failures.sweep(session, checked_until=utcnow(), interval_seconds=60, misses=3)
+            assert [p.name for p in failed] == [name]
 
 
 def build_world(api: Api, db_url: str) -> World:

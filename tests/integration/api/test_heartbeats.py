@@ -1,8 +1,10 @@
-"""Heartbeats make a participant online; silence makes it suspect, then failed, audited."""
+"""Heartbeats make a participant online; silence makes it suspect, and the service's failure
+sweeper then declares it failed (when it happens, with no one listing), audited."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
@@ -10,23 +12,25 @@ from sqlalchemy import select
 
 from app.db.session import unit_of_work
 from app.main import create_app
-from app.models import AuditEntry, ParticipantSample
+from app.models import AuditEntry, Participant, ParticipantSample
 from app.settings import Settings
 from tests.integration.api.conftest import ADMIN_KEY, Api
 
 
 @pytest.fixture
-def fast_api(db_url: str) -> Api:
+def fast_api(db_url: str) -> Iterator[Api]:
     settings = Settings(
         database_url=db_url,
         admin_key=ADMIN_KEY,
         environment="test",
         heartbeat_interval_seconds=0.2,
         heartbeat_misses=3,
+        failure_sweep_interval_seconds=0.05,
     )
-    api = Api(client=TestClient(create_app(settings)), keys={})
-    api.register("A")
-    return api
+    with TestClient(create_app(settings)) as client:  # with its lifespan: the sweeper runs
+        api = Api(client=client, keys={})
+        api.register("A")
+        yield api
 
 
 def liveness_of(api: Api, name: str) -> str:
@@ -53,7 +57,15 @@ def test_heartbeat_records_sample_and_silence_is_detected(fast_api: Api, db_url:
     assert liveness_of(fast_api, "A") == "online"
     time.sleep(0.3)
     assert liveness_of(fast_api, "A") == "suspect"
-    time.sleep(0.4)
+    # Nobody lists participants now: the sweeper alone declares the failure.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with unit_of_work(db_url) as session:
+            failed_at = session.scalars(select(Participant.failed_at)).one()
+        if failed_at is not None:
+            break
+        time.sleep(0.05)
+    assert failed_at is not None
     assert liveness_of(fast_api, "A") == "failed"
     with unit_of_work(db_url) as session:
         sample = session.scalars(select(ParticipantSample)).one()

@@ -21,7 +21,7 @@ def test_public_listing_hides_capacity_and_cost_model(abc: Api) -> None:
     listed = response.json()
     assert [p["name"] for p in listed] == ["A", "B", "C"]
     for p in listed:
-        assert set(p) == {"id", "name", "profile", "status", "liveness"}
+        assert set(p) == {"id", "name", "profile", "status", "liveness", "failed_at"}
 
 
 def test_only_admin_registers_participants(abc: Api) -> None:

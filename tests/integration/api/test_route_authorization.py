@@ -166,6 +166,14 @@ ROUTES: dict[Route, Row] = {
         None,
         admin=403,
     ),
+    # Ending one's own fence after a declared failure (a participant not fenced: a heartbeat).
+    ("POST", "/v1/participants/me/rejoin"): Row(
+        "a participant, about itself",
+        fixed("/v1/participants/me/rejoin"),
+        ("D", 200),
+        None,
+        admin=403,
+    ),
     ("GET", "/v1/participants/{name}"): Row(
         "the admin", fixed("/v1/participants/B"), ("admin", 200), outsider=403
     ),

@@ -24,7 +24,7 @@ class Clock:
         return self.now
 
 
-def test_peer_fails_after_three_missed_heartbeats() -> None:
+def test_peer_fails_after_a_heartbeat_unanswered_to_the_end_of_the_window() -> None:
     clock = Clock()
     detector = FailureDetector(clock, interval=0.1, misses=3)
     detector.heard("B")
@@ -32,12 +32,31 @@ def test_peer_fails_after_three_missed_heartbeats() -> None:
     assert detector.status("B") is PeerStatus.ALIVE
     clock.now = 0.25
     assert detector.status("B") is PeerStatus.SUSPECT
-    clock.now = 0.30
+    # The next ping waits to the end of the window (0.3 s after the last answer).
+    assert detector.ping_timeout("B") == pytest.approx(0.1)
+    clock.now = 0.2
+    assert detector.ping_timeout("B") == pytest.approx(0.1)  # never less than one interval
+    clock.now = 0.1
+    assert detector.ping_timeout("B") == pytest.approx(0.2)
+    clock.now = 0.29
+    detector.missed("B")  # a wait that ended before the window closed is not enough
     assert not detector.failed("B")
-    clock.now = 0.31
+    clock.now = 0.30
+    detector.missed("B")
     assert detector.failed("B")
     detector.heard("B")
     assert detector.status("B") is PeerStatus.ALIVE
+
+
+def test_silence_alone_is_suspect_however_long_it_lasts() -> None:
+    # The asker itself was not scheduled: no wait of its ended unanswered, so nothing is
+    # known about the peer but the asker's own absence (the false suspicions of stop 17).
+    clock = Clock()
+    detector = FailureDetector(clock, interval=0.1, misses=3)
+    detector.heard("B")
+    clock.now = 5.0
+    assert detector.status("B") is PeerStatus.SUSPECT
+    assert detector.ping_timeout("B") == pytest.approx(0.3)
 
 
 def test_silent_peer_fails_from_the_time_it_was_watched() -> None:
@@ -46,9 +65,18 @@ def test_silent_peer_fails_from_the_time_it_was_watched() -> None:
     assert detector.status("R") is PeerStatus.UNKNOWN
     detector.watch("R")
     clock.now = 0.39
+    detector.missed("R")
     assert detector.status("R") is PeerStatus.UNKNOWN
     clock.now = 0.41
+    assert detector.status("R") is PeerStatus.UNKNOWN
+    detector.missed("R")
     assert detector.failed("R")
+
+
+@pytest.mark.parametrize(("interval", "misses"), [(0.0, 3), (-1.0, 3), (0.1, 0)])
+def test_a_bad_window_is_refused_naming_the_setting(interval: float, misses: int) -> None:
+    with pytest.raises(ValueError, match=r"interval|misses"):
+        FailureDetector(Clock(), interval=interval, misses=misses)
 
 
 def test_silence_counts_from_the_last_answer_or_the_watch() -> None:
