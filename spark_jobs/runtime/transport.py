@@ -21,6 +21,9 @@ Wire protocol (all JSON in tickets, descriptors and action bodies):
 - Host actions, answered by the host's runtime (``HostHandler``): ``release`` (stop a fragment
   after its last commit and pack its checkpoint, then DoGet ``{"op": "checkpoint"}`` pulls it),
   ``reinstate`` (run it again after an aborted move), ``retire`` (forget it after a commit).
+- Further actions a module registers by name in ``StreamServer.actions``: the warm hand-off's
+  ``warm`` (stage a live snapshot of a running fragment for a prepared movement, pulled like a
+  release's) and ``offsets`` (a fragment's offset log), see ``spark_jobs.runtime.warm``.
 """
 
 from __future__ import annotations

@@ -334,18 +334,22 @@ class WarmCopy:
             time.sleep(FOLLOW_POLL_S)
 
     def settle(self, packed: PackedCheckpoint) -> None:
-        """The source's final checkpoint: check the copy ran the source's batches, and name the
-        ranges it still has to follow (the last one, planned but not committed, once it leads)."""
+        """The source's final checkpoint: check that every batch the copy logged is the source's
+        batch of that id, and let the copy follow all the source logged. A batch the copy logged
+        past the source's last (a no-data batch while the source stopped) is its own: the sink
+        holds it until the switch, and nobody else wrote that id."""
         self.bytes += len(packed.data)
         ends, committed = batch_log(unpack_tree(packed.data))
         mine, _ = batch_log(log_tree(self.runtime.checkpoint_dir(self.name)))
-        last, planned = max(committed, default=-1), max(ends, default=-1)
-        differ = sorted(n for n, end in mine.items() if n > planned or ends.get(n, end) != end)
+        differ = sorted(n for n, end in mine.items() if ends.get(n, end) != end)
         if differ:
             raise Diverged(f"batches {differ} of the warm copy of {self.name} differ")
-        self._check_running()
+        try:
+            self._check_running()
+        except WarmupFailed as error:
+            raise Diverged(str(error)) from error
         assert self.sink is not None
-        self.sink.source_at(last)
+        self.sink.source_at(max(committed, default=-1))
         self._follow(ends)
 
     def switch(self) -> None:
