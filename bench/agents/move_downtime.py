@@ -224,6 +224,7 @@ class Baseline:
     root: Path
     name: str = "baseline"
     stopped: threading.Event = field(default_factory=threading.Event)
+    failed_queries: int = 0
 
     def __post_init__(self) -> None:
         fragment = _task(self.doc, FRAGMENT)
@@ -268,6 +269,12 @@ class Baseline:
         self.runtime.start(self.spec, epoch=0)
 
     def last_commit(self) -> int:
+        # As an agent's tick would: a query that died (a Python worker that could not connect
+        # back on a loaded machine, say) starts again from its checkpoint.
+        if not self.runtime.is_running(self.name):
+            self.failed_queries += 1
+            self.runtime.stop(self.name)
+            self.runtime.start(self.spec, epoch=0)
         return max(commits(self.commit_dir), default=-1)
 
     def restart(self, timeout: float) -> dict[str, Any]:
@@ -580,6 +587,7 @@ def run(args: argparse.Namespace, work: Path, console: Console) -> dict[str, Any
             checks["steady_interval_s"] = steady_interval(out.seen)
             checks["baseline_steady_interval_s"] = steady_interval(base.output.seen)
             checks["batches_written"] = len(out.seen)
+            checks["baseline_failed_queries"] = base.failed_queries
     finally:
         if output is not None:
             output.close()

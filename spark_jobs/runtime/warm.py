@@ -72,6 +72,11 @@ WARM_BUDGET_ENV = "FEDLOAD_WARM_BUDGET_S"
 DEFAULT_WARM_BUDGET_S = 8.0
 # How often the target reads the source's offset log while the copy follows.
 FOLLOW_POLL_S = 0.1
+# The copy's trigger interval. At the fragment's own (0.5 s) it could never catch up: the
+# source runs a data batch and then a no-data batch (the watermark moved) every second, one per
+# trigger, and the copy has to run each of them too. It keeps this interval after the switch,
+# until its next restart: a trigger checks the inputs' boundaries, a few small calls.
+COPY_TRIGGER_S = 0.1
 # An acknowledgement above every bucket: a hold that no longer holds anything.
 RELEASED_HOLD = 2**62
 
@@ -298,7 +303,9 @@ class WarmCopy:
         self.sink = WarmSink(output.location, output.stream, self.move.epoch)
         options = {**self.spec.options, "follow_file": str(self.follow_path)}
         self.runtime.start(
-            replace(self.spec, options=options), epoch=self.move.epoch, sink=self.sink
+            replace(self.spec, options=options, trigger_seconds=COPY_TRIGGER_S),
+            epoch=self.move.epoch,
+            sink=self.sink,
         )
 
     def _follow(self, ends: Mapping[int, int]) -> None:
