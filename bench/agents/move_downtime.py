@@ -269,13 +269,17 @@ class Baseline:
         self.runtime.start(self.spec, epoch=0)
 
     def last_commit(self) -> int:
-        # As an agent's tick would: a query that died (a Python worker that could not connect
-        # back on a loaded machine, say) starts again from its checkpoint.
+        return max(commits(self.commit_dir), default=-1)
+
+    def steady_at(self, batch: int) -> bool:
+        """Whether the query has committed ``batch``; a query that died meanwhile (a Python
+        worker that could not connect back on a loaded machine, say) starts again from its
+        checkpoint, as an agent's tick would."""
         if not self.runtime.is_running(self.name):
             self.failed_queries += 1
             self.runtime.stop(self.name)
             self.runtime.start(self.spec, epoch=0)
-        return max(commits(self.commit_dir), default=-1)
+        return self.last_commit() >= batch
 
     def restart(self, timeout: float) -> dict[str, Any]:
         """Stop after the last committed batch, start from the checkpoint, first batch."""
@@ -545,7 +549,7 @@ def run(args: argparse.Namespace, work: Path, console: Console) -> dict[str, Any
                     progress,
                     fed,
                     f"restart {label}: the baseline to commit {STEADY_BATCHES} batches",
-                    lambda steady=steady: base.last_commit() >= steady,
+                    lambda steady=steady: base.steady_at(steady),
                     timeout=args.timeout,
                 )
                 job = progress.add_task(f"restart {label}: stop, start, first batch")
