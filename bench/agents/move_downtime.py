@@ -309,7 +309,8 @@ class Baseline:
         committed = new[min(new)]
         first: tuple[int, float] | None = None
         while first is None and time.monotonic() < deadline:
-            first = self.output.first_after(began)
+            # After the stop: the batch in flight at the request is the old query's.
+            first = self.output.first_after(stopped)
             time.sleep(0.01)
         if first is None:
             raise TimeoutError("the baseline's first batch reached no output log")
@@ -426,6 +427,8 @@ def describe_move(
     return {
         "warm": warm,
         "fallback": "warm_fallback" in timings,
+        # Batches the warm copy was behind the source at the release (it ran them after).
+        "lag_batches": timings.get("lag_batches"),
         "prepared_wall": prepared_at,
         "committed_wall": committed_at,
         # The source stops at its release: from there to the new host's first batch in the log.

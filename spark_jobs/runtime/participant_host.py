@@ -284,6 +284,8 @@ class SparkParticipantHost:
                     on_step=self._pause,
                 )
                 warm, fallback = moved.copy is not None, moved.fallback
+                if warm:
+                    moved.timings["lag_batches"] = float(moved.lag_batches)
             else:
                 self._follow_path(record.name).unlink(missing_ok=True)
                 moved = relocate(
