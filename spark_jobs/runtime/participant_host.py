@@ -33,7 +33,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -51,10 +51,17 @@ from app.participant.command import (
 from app.participant.ports import Host, MovementRecord, Mover, Received, TaskRecord
 from spark_jobs.fragments import catalogue
 from spark_jobs.generators import ConnectionGenerator, RateSchedule
+from spark_jobs.runtime import follow
 from spark_jobs.runtime.host import FragmentRuntime, FragmentSpec, StreamRef
-from spark_jobs.runtime.movement import RemoteHost, relocate
+from spark_jobs.runtime.movement import Relocation, RemoteHost, relocate
 from spark_jobs.runtime.registry_coordinator import PreparedMovementCoordinator, abort_once
 from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient, StreamServer, publish
+from spark_jobs.runtime.warm import (
+    WarmSource,
+    release_after_first_write,
+    warm_budget,
+    warm_relocate,
+)
 from spark_jobs.session import build_session, is_local
 
 log = logging.getLogger("fedload.agent.host")
@@ -166,6 +173,10 @@ class SparkParticipantHost:
         self._endpoints: dict[str, str] = {}
         self._warming: threading.Thread | None = None
         self._pause = PausePoints(self._data_dir, os.environ.get(FAULT_PAUSE_ENV))
+        # Moves through a warm copy (spark_jobs.runtime.warm); a budget of 0 moves by stop-and-copy.
+        self._warm_budget = warm_budget()
+        self._warm_source = WarmSource(self.runtime, self._check_release, self._fragment_lock)
+        self.server.actions.update(self._warm_source.actions())
         self.errors: list[str] = []
         # Why Spark cannot run here (no executor from the cluster, say): the next tick ends
         # the agent with it, rather than retrying a start that cannot succeed.
@@ -216,6 +227,7 @@ class SparkParticipantHost:
             except Exception as error:  # one fragment's trouble must not stop the others
                 self._note(f"{task.name}: {type(error).__name__}: {error}")
         self._drop_moved_away()
+        self._warm_source.sweep(lambda m: str(self._client.movement(m)["status"]))
 
     def loads(self, tasks: Sequence[TaskRecord]) -> dict[str, float]:
         return {t.name: self._measured(t) for t in tasks}
@@ -255,26 +267,76 @@ class SparkParticipantHost:
         with self._lock:
             self._receiving.add(record.name)
         began = time.perf_counter()
+        coordinator = PreparedMovementCoordinator(self._client, movement)
+        remote = RemoteHost(movement.source, source)
+        moved: Relocation
+        fallback: str | None = None
         try:
-            moved = relocate(
-                spec,
-                RemoteHost(movement.source, source),
-                self.runtime,
-                coordinator=PreparedMovementCoordinator(self._client, movement),
-                on_step=self._pause,
-            )
+            if self._warm_budget > 0:
+                moved = warm_relocate(
+                    spec,
+                    remote,
+                    self.runtime,
+                    coordinator=coordinator,
+                    follow_path=self._follow_path(record.name),
+                    budget_s=self._warm_budget,
+                    reason=movement.reason,
+                    on_step=self._pause,
+                )
+                warm, fallback = moved.copy is not None, moved.fallback
+                if warm:
+                    moved.timings["lag_batches"] = float(moved.lag_batches)
+            else:
+                self._follow_path(record.name).unlink(missing_ok=True)
+                moved = relocate(
+                    spec, remote, self.runtime, coordinator=coordinator, on_step=self._pause
+                )
+                warm = False
         finally:
             with self._lock:
                 self._receiving.discard(record.name)
         # The first batch at its new host ends the move's downtime; it comes seconds later, so
         # it is waited for beside the tick (which must keep heartbeating) and logged apart.
+        if warm:
+            self._after_warm_switch(spec, movement.id, began)
+        else:
+            threading.Thread(
+                target=self._record_first_batch,
+                args=(movement.id, record.name, began),
+                name=f"first-batch-{record.name}",
+                daemon=True,
+            ).start()
+        timings = dict(moved.timings)
+        if not warm and self._warm_budget > 0:
+            timings["warm_fallback"] = 1.0
+            self._note(f"{record.name}: moved by stop-and-copy: {fallback}")
+        return Received(state_bytes=moved.checkpoint_bytes, timings=timings)
+
+    def _follow_path(self, fragment: str) -> Path:
+        return self._data_dir / "follow" / f"{fragment}.json"
+
+    def _after_warm_switch(self, spec: FragmentSpec, movement: int | None, began: float) -> None:
+        """The copy's first own write ends the downtime and frees its inputs' hold."""
+
+        followed = self._follow_path(spec.name)
+
+        def first() -> None:
+            # Past the source's last range now: the query plans for itself from here on, also
+            # after a restart.
+            followed.unlink(missing_ok=True)
+            if movement is None:
+                return
+            line = {"movement_id": movement, "first_batch": time.perf_counter() - began}
+            with (self._data_dir / FIRST_BATCHES).open("a") as out:
+                out.write(json.dumps(line) + "\n")
+
         threading.Thread(
-            target=self._record_first_batch,
-            args=(movement.id, record.name, began),
-            name=f"first-batch-{record.name}",
+            target=release_after_first_write,
+            args=(self.runtime, spec, follow.hold(followed)),
+            kwargs={"timeout": FIRST_BATCH_WAIT_SECONDS, "on_first": first},
+            name=f"first-batch-{spec.name}",
             daemon=True,
         ).start()
-        return Received(state_bytes=moved.checkpoint_bytes, timings=dict(moved.timings))
 
     def _record_first_batch(self, movement: int, fragment: str, began: float) -> None:
         deadline = time.perf_counter() + FIRST_BATCH_WAIT_SECONDS
@@ -297,13 +359,16 @@ class SparkParticipantHost:
         return Received()
 
     # -- HostHandler: what another agent may ask of this one --------------------------------
-    def release_for(self, fragment: str, movement: int) -> PackedCheckpoint:
+    def _check_release(self, fragment: str, movement: int) -> None:
         record = MovementRecord.from_read(self._client.movement(movement))
         if (record.status, record.source, record.task) != ("prepared", self.name, fragment):
             raise PermissionError(
                 f"movement {movement} does not release {fragment} from {self.name} "
                 f"(it is {record.status}, moving {record.task} from {record.source})"
             )
+
+    def release_for(self, fragment: str, movement: int) -> PackedCheckpoint:
+        self._check_release(fragment, movement)
         with self._fragment_lock(fragment):
             self._released[fragment] = movement
             self.runtime.stop(fragment)
@@ -323,6 +388,7 @@ class SparkParticipantHost:
             if self._gone(fragment):
                 self._released.pop(fragment, None)
                 self.runtime.retire(fragment)
+                self._follow_path(fragment).unlink(missing_ok=True)
 
     # -- internals -------------------------------------------------------------------------
     def _note(self, message: str) -> None:
@@ -418,6 +484,15 @@ class SparkParticipantHost:
         failure = self.runtime.failure(task.name)
         if failure is not None:
             self._note(f"{task.name} stopped with {failure}; restarting from its checkpoint")
+        followed = self._follow_path(task.name)
+        if follow.lead(followed):
+            # A warm copy's checkpoint (the agent restarted, or the copy failed, after the move's
+            # commit): run the source's last ranges before planning its own, and this host is
+            # the host of record, so it leads.
+            spec = replace(spec, options={**spec.options, "follow_file": str(followed)})
+            self.runtime.start(spec, epoch=task.lease_epoch)
+            self._after_warm_switch(spec, None, time.perf_counter())
+            return
         self.runtime.start(spec, epoch=task.lease_epoch)
 
     def _running_fragments(self) -> list[str]:
@@ -443,6 +518,7 @@ class SparkParticipantHost:
             with self._fragment_lock(fragment):
                 self.runtime.retire(fragment)
             store.remove(fragment)
+            self._follow_path(fragment).unlink(missing_ok=True)
 
     def _gone(self, fragment: str) -> bool:
         """A local copy of a task this participant can no longer see: it neither hosts nor owns

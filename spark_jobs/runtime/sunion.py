@@ -38,6 +38,8 @@ buckets in failure: a node that redoes on a copy of its query keeps serving, and
 add the budget to every new bucket. ``pause_file`` (a DPC redo copy only): while that file exists
 the reader plans no new batch (the offset stays at its start), so the node can make the redo
 yield the cores to the serving query when a serving batch is due (``dpc.py``, ``DPCFragment``).
+``follow_file`` (a warm copy, ``spark_jobs.runtime.follow``): plan the batch ranges that file
+names (the source's) rather than from the boundaries, until it says to lead.
 
 Unreachable inputs (a cut link, a partition). DPC exists to keep producing when an input is
 gone, so the source must not fail the query when a producer cannot be reached:
@@ -97,6 +99,7 @@ from pyspark.sql.types import StructType
 
 from app.availability.sunion import DelayStrategy, SUnion
 from app.availability.tuples import Message
+from spark_jobs.runtime import follow
 from spark_jobs.runtime.transport import StreamClient
 
 KIND_COLUMN = "kind"
@@ -221,6 +224,7 @@ class SUnionReader(DataSourceStreamReader):
         self.ack_limit_file = options.get("ack_limit_file")
         self.budget_file = options.get("budget_file")
         self.pause_file = options.get("pause_file")
+        self.follow_file = options.get("follow_file")
         self.hold_healed = options.get("hold_healed", "true") == "true"
         self.call_timeout_s = self._positive_ms(options, "call_timeout_ms", 1000) / 1000
         self.info_timeout_s = self._positive_ms(options, "info_timeout_ms", 250) / 1000
@@ -472,6 +476,11 @@ class SUnionReader(DataSourceStreamReader):
             # Paused (a redo yielding to the serving query): "no new data" is an offset equal
             # to the start. Not on the first call: Spark needs one offset to begin from.
             return start
+        if start is not None and self.follow_file is not None:
+            # A warm copy plans the source's batches, not its own (spark_jobs.runtime.follow).
+            followed = follow.planned_end(self.follow_file, int(start["bucket"]))
+            if followed is not None:
+                return {"bucket": followed}
         if self.delay_budget_ms is not None:
             result: dict[str, int] = self._dpc_offset(start)
             return result

@@ -21,6 +21,9 @@ Wire protocol (all JSON in tickets, descriptors and action bodies):
 - Host actions, answered by the host's runtime (``HostHandler``): ``release`` (stop a fragment
   after its last commit and pack its checkpoint, then DoGet ``{"op": "checkpoint"}`` pulls it),
   ``reinstate`` (run it again after an aborted move), ``retire`` (forget it after a commit).
+- Further actions a module registers by name in ``StreamServer.actions``: the warm hand-off's
+  ``warm`` (stage a live snapshot of a running fragment for a prepared movement, pulled like a
+  release's) and ``offsets`` (a fragment's offset log), see ``spark_jobs.runtime.warm``.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -227,6 +230,9 @@ class StreamServer(flight.FlightServerBase):
         # Checkpoints this host released for a movement, until the mover has pulled them.
         self._outbox: dict[tuple[str, int], PackedCheckpoint] = {}
         self.handler: HostHandler | None = None
+        # Further actions by name, each answered with its handler's JSON result: verbs a module
+        # adds beside the host's own (the warm hand-off's ``warm`` and ``offsets``).
+        self.actions: dict[str, Callable[[dict[str, Any]], Any]] = {}
         self.location = _advertised(advertise, host, self.port)
 
     # -- streams -----------------------------------------------------------------------------
@@ -311,6 +317,8 @@ class StreamServer(flight.FlightServerBase):
             result = self.discard_checkpoint(body["fragment"], int(body["movement"]))
         elif kind in ("release", "reinstate", "retire"):
             result = self._host_action(kind, body)
+        elif kind in self.actions:
+            result = self._extra_action(kind, body)
         else:
             raise flight.FlightServerError(f"unknown action {kind!r}")
         yield json.dumps(result).encode()
@@ -322,10 +330,9 @@ class StreamServer(flight.FlightServerBase):
         try:
             if kind == "release":
                 movement = int(body["movement"])
-                packed = self.handler.release_for(fragment, movement)
-                with self._inbox_lock:
-                    self._outbox[(fragment, movement)] = packed
-                return {"sha256": packed.sha256, "size": len(packed.data)}
+                return self.stage_checkpoint(
+                    fragment, movement, self.handler.release_for(fragment, movement)
+                )
             if kind == "reinstate":
                 self.handler.reinstate(fragment, int(body["epoch"]))
             else:
@@ -335,6 +342,22 @@ class StreamServer(flight.FlightServerBase):
         except Exception as error:
             raise flight.FlightServerError(f"{kind} {fragment}: {error}") from error
         return None
+
+    def _extra_action(self, kind: str, body: dict[str, Any]) -> Any:
+        try:
+            return self.actions[kind](body)
+        except flight.FlightError:
+            raise
+        except Exception as error:
+            raise flight.FlightServerError(f"{kind}: {error}") from error
+
+    def stage_checkpoint(
+        self, fragment: str, movement: int, packed: PackedCheckpoint
+    ) -> dict[str, Any]:
+        """Keep ``packed`` for the mover to pull (DoGet ``checkpoint``); what it announces."""
+        with self._inbox_lock:
+            self._outbox[(fragment, movement)] = packed
+        return {"sha256": packed.sha256, "size": len(packed.data)}
 
     def _apply_delta(self, key: tuple[str, int], data: bytes) -> None:
         fragment, movement = key
@@ -509,8 +532,20 @@ class StreamClient:
 
     def release(self, fragment: str, movement: int) -> PackedCheckpoint:
         """Ask the host to stop ``fragment`` after its last commit; pull, verify its checkpoint."""
+        return self.staged("release", fragment, movement)
+
+    def call(self, kind: str, **body: Any) -> Any:
+        """An action by name (``StreamServer.actions``); TransferError if the host refuses it."""
         try:
-            announced = self._action("release", fragment=fragment, movement=movement)
+            return self._action(kind, **body)
+        except flight.FlightError as error:
+            raise TransferError(str(error)) from error
+
+    def staged(self, kind: str, fragment: str, movement: int) -> PackedCheckpoint:
+        """Run an action that stages a checkpoint of ``fragment`` for ``movement`` at the host
+        (``release``, ``warm``); pull it and verify it against what the action announced."""
+        try:
+            announced = self._action(kind, fragment=fragment, movement=movement)
             ticket = {"op": "checkpoint", "fragment": fragment, "movement": movement}
             table = self._client.do_get(flight.Ticket(json.dumps(ticket).encode())).read_all()
         except flight.FlightError as error:

@@ -4,7 +4,10 @@ Whatever dies when, the registry names exactly one host, no other agent runs the
 the fragment's output equals a run without failures: nothing lost, nothing written twice. A
 target paused at a phase (FEDLOAD_FAULT_PAUSE) is killed there, or the source is killed while
 the target waits there; a movement whose target died before committing is aborted by the
-registry when its lease expires, and the source runs the fragment again.
+registry when its lease expires, and the source runs the fragment again. Moves go through a warm
+copy (spark_jobs.runtime.warm): "warmed" is its phase (the copy runs beside the source, caught
+up, writing nothing); "restored" is the source released and the final checkpoint checked, as in
+a stop-and-copy move.
 """
 
 from __future__ import annotations
@@ -73,6 +76,18 @@ def test_the_target_killed_at_each_phase_leaves_one_host_and_exact_output(db_url
         assert host_of(admin, "O.x") == "S"
         grows(admin, "O.x")
 
+        # warmed: T runs a warm copy of O.x that has caught up with S (writing nothing), then
+        # dies. S never stopped; the movement is aborted and S keeps writing alone.
+        t_data = restart_t(fed, "warmed")
+        pause_at(t_data, "warmed")
+        fed.agents["T"].kill()
+        wait_for(
+            "the warm movement to be aborted",
+            lambda: latest_movement(admin, "O.x")["status"] == "aborted",
+        )
+        assert host_of(admin, "O.x") == "S"
+        grows(admin, "O.x")
+
         # shipped: S released O.x (stopped after its last batch) and T installed the checkpoint,
         # then T died before committing. The movement is aborted and S runs O.x again.
         t_data = restart_t(fed, "restored")
@@ -128,6 +143,26 @@ def test_the_source_killed_at_each_phase_leaves_one_host_and_exact_output(db_url
         admin._call("PATCH", "/v1/tasks/S.base", json={"load": 10})
         fed.start_agent("S")
         grows(admin, "O.x")
+        t_data = restart_t(fed, "warmed")
+        overload_s(admin)
+
+        # warmed: T's warm copy has caught up when S dies. T cannot have S release it: the
+        # movement is aborted and the copy dropped; S's restart resumes from its own checkpoint.
+        pause_at(t_data, "warmed")
+        fed.agents["S"].kill()
+        resume(t_data, "warmed")
+        wait_for(
+            "T to abort the warm movement",
+            lambda: latest_movement(admin, "O.x")["status"] == "aborted",
+        )
+        assert host_of(admin, "O.x") == "S"
+        admin._call("PATCH", "/v1/tasks/S.base", json={"load": 10})
+        fed.start_agent("S")
+        grows(admin, "O.x")
+        wait_for(
+            "T to drop the warm copy",
+            lambda: not (t_data / "checkpoints" / "O.x").exists(),
+        )
         t_data = restart_t(fed, "restored")
         overload_s(admin)
 

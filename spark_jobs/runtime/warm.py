@@ -1,0 +1,555 @@
+"""Warm hand-off: a load move through a warm copy at the target (active standby used for a move).
+
+A stop-and-copy move (``movement.relocate``) leaves the fragment down from the source's stop to
+the first batch of a query started cold at the target, and a cold start is most of that (the
+SUnion data source's Python worker, the state store's first load, the first batch's plan: 2-3 s
+against a 0.3-0.5 s batch on a running query). A Spark restart pays the same, so a stop-and-copy
+move can only approach it. Here the target pays the cold start while the source still runs:
+
+1. prepare: the registry's prepared movement (the accepted offer), as in ``relocate``.
+2. warming: the target asks the source for a live snapshot of the checkpoint (``warm`` action,
+   checked against the registry like a release); the source holds its inputs for the copy
+   (consumer ``<fragment>.warm-<movement>``) first, so nothing the copy will read is trimmed. The
+   target installs the snapshot and starts the query from it with a ``WarmSink`` and a follow
+   file (``spark_jobs.runtime.follow``): the copy runs exactly the source's batches (same ids,
+   same buckets), and drops their output, which the source wrote.
+3. warmed: the target polls the source's offset log (``offsets`` action) into the follow file
+   until the copy has committed the source's last committed batch.
+4. release: the source stops after its last committed batch and ships its final checkpoint, as in
+   a stop-and-copy move; the target checks that the copy's batches are the source's.
+5. commit: the registry makes the target the host (the single truth, as for every move); the
+   output log is fenced at the new epoch.
+6. switch: the sink writes from now on and the copy plans its own batches after the source's last
+   one; the source retires its copy. A batch the copy writes that the source wrote too (the same
+   ids and buckets from the same state) is kept once by the output log.
+
+Exactly one host's output counts at every instant: before the commit the copy writes nothing
+and drops only batches the source committed (``WarmSink``), after it the source is stopped and
+fenced, and a batch id never covers different buckets at the two hosts. Anything wrong before
+the release (no snapshot, the copy fails or does not catch up within the budget) falls back to
+the stop-and-copy move; a copy whose batches differ from the source's after the release
+finishes as a stop-and-copy move from the source's final checkpoint; a source that dies aborts
+the movement, as in a stop-and-copy move. A target that dies after the commit restarts from the
+copy's checkpoint and follow file, so it runs the source's batches before its own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame
+
+from spark_jobs.runtime import follow
+from spark_jobs.runtime.checkpoint_tree import Tree, unpack_tree
+from spark_jobs.runtime.coordinator import MovementCoordinator, PreparedMove
+from spark_jobs.runtime.host import HOLD_TIMEOUT_S, FragmentRuntime, FragmentSpec
+from spark_jobs.runtime.movement import (
+    MoveAborted,
+    MoveInDoubt,
+    Relocation,
+    RemoteHost,
+    _committed,
+    relocate,
+)
+from spark_jobs.runtime.soutput import SOutput
+from spark_jobs.runtime.standby import snapshot_running
+from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient
+
+log = logging.getLogger(__name__)
+
+# Seconds a warm copy may take to catch up before the move falls back to stop-and-copy; the
+# registry's movement lease must leave room for the fallback after it (15 s in the crash tests,
+# 60 s by default). 0 turns the warm hand-off off.
+WARM_BUDGET_ENV = "FEDLOAD_WARM_BUDGET_S"
+DEFAULT_WARM_BUDGET_S = 8.0
+# How often the target reads the source's offset log while the copy follows.
+FOLLOW_POLL_S = 0.1
+# The copy's trigger interval. At the fragment's own (0.5 s) it could never catch up: the
+# source runs a data batch and then a no-data batch (the watermark moved) every second, one per
+# trigger, and the copy has to run each of them too. It keeps this interval after the switch,
+# until its next restart: a trigger checks the inputs' boundaries, a few small calls.
+COPY_TRIGGER_S = 0.1
+# Batches the copy may still be behind the source at the release, once half the budget is gone:
+# it runs them after the release, warm (a few tenths of a second each, against 2-3 s for a cold
+# start). On a busy machine the source has no idle time between its batches and a copy that
+# costs what the source costs per batch does not gain on it.
+MAX_LAG_BATCHES = 3
+# An acknowledgement above every bucket: a hold that no longer holds anything.
+RELEASED_HOLD = 2**62
+
+
+def warm_budget() -> float:
+    raw = os.environ.get(WARM_BUDGET_ENV, str(DEFAULT_WARM_BUDGET_S))
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{WARM_BUDGET_ENV} must be a number of seconds, got {raw!r}") from None
+    if value < 0:
+        raise ValueError(f"{WARM_BUDGET_ENV} must be >= 0 seconds, got {raw!r}")
+    return value
+
+
+class WarmupFailed(RuntimeError):
+    """The warm copy could not be started or did not catch up: move by stop-and-copy."""
+
+
+class Diverged(RuntimeError):
+    """The warm copy's batches are not the source's: finish from the source's final checkpoint."""
+
+
+def warm_consumer(fragment: str, movement: int) -> str:
+    return f"{fragment}.warm-{movement}"
+
+
+def hold_inputs(spec: FragmentSpec, consumer: str) -> None:
+    """Keep every input bucket still held for ``consumer`` (see ``StreamClient.hold``)."""
+    for ref in spec.inputs:
+        with StreamClient(ref.location, timeout=HOLD_TIMEOUT_S) as client:
+            client.hold(ref.stream, consumer)
+
+
+def release_hold(spec: FragmentSpec, consumer: str) -> None:
+    for ref in spec.inputs:
+        try:
+            with StreamClient(ref.location, timeout=HOLD_TIMEOUT_S) as client:
+                client.ack(ref.stream, consumer, RELEASED_HOLD)
+        except Exception as error:  # the producer is gone: so is what it held
+            log.warning("hold %s on %s not released: %s", consumer, ref.stream, error)
+
+
+# -- the offset log ---------------------------------------------------------------------------
+def log_tree(directory: Path) -> Tree:
+    """The offset and commit logs of a checkpoint directory (read while the query may run)."""
+    tree: Tree = {}
+    for folder in ("offsets", "commits"):
+        path = directory / folder
+        if not path.is_dir():
+            continue
+        for entry in path.iterdir():
+            if entry.name.isdigit():
+                try:
+                    tree[f"{folder}/{entry.name}"] = entry.read_bytes()
+                except FileNotFoundError:  # trimmed meanwhile (minBatchesToRetain)
+                    continue
+    return tree
+
+
+def batch_log(tree: Mapping[str, bytes | None]) -> tuple[dict[int, int], set[int]]:
+    """(batch id -> end bucket, from ``offsets/``; the batch ids committed, from ``commits/``)."""
+    ends: dict[int, int] = {}
+    committed: set[int] = set()
+    for name, content in tree.items():
+        folder, _, batch = name.partition("/")
+        if content is None or not batch.isdigit():
+            continue
+        if folder == "commits":
+            committed.add(int(batch))
+        elif folder == "offsets":
+            # A version line, the batch metadata, then one line per source (SUnion's offset).
+            ends[int(batch)] = int(json.loads(content.decode().strip().splitlines()[-1])["bucket"])
+    return ends, committed
+
+
+# -- the source's half ------------------------------------------------------------------------
+class WarmSource:
+    """Serves a live snapshot for a prepared movement, and the offset log, to a warm copy."""
+
+    def __init__(
+        self,
+        runtime: FragmentRuntime,
+        check_prepared: Callable[[str, int], None],
+        lock_of: Callable[[str], threading.RLock],
+    ) -> None:
+        """``check_prepared(fragment, movement)`` raises unless the registry holds that movement
+        as prepared from this host (as for a release)."""
+        self._runtime = runtime
+        self._check = check_prepared
+        self._lock_of = lock_of
+        self._holds: dict[int, tuple[str, FragmentSpec]] = {}
+
+    def actions(self) -> dict[str, Callable[[dict[str, Any]], Any]]:
+        return {"warm": self._warm, "offsets": self._offsets}
+
+    def _warm(self, body: dict[str, Any]) -> dict[str, Any]:
+        fragment, movement = str(body["fragment"]), int(body["movement"])
+        self._check(fragment, movement)
+        if self._runtime.store.local_root is None:
+            raise RuntimeError("checkpoints are not on a local file system here")
+        with self._lock_of(fragment):
+            spec = self._runtime.running_spec(fragment)
+            if spec is None or not self._runtime.is_running(fragment):
+                raise RuntimeError(f"{fragment} does not run here")
+            # Before the snapshot: the copy reads from the snapshot's offsets, which the
+            # source's own acknowledgements would trim as it goes on.
+            hold_inputs(spec, warm_consumer(fragment, movement))
+            self._holds[movement] = (fragment, spec)
+            snapshot = snapshot_running(self._runtime, fragment)
+        return self._runtime.server.stage_checkpoint(fragment, movement, snapshot.packed)
+
+    def _offsets(self, body: dict[str, Any]) -> dict[str, Any]:
+        ends, committed = batch_log(log_tree(self._runtime.checkpoint_dir(str(body["fragment"]))))
+        return {
+            # Every logged batch: its range is final once logged (a restart runs it again).
+            "ends": {str(batch): end for batch, end in ends.items()},
+            "committed": max(committed, default=-1),
+        }
+
+    def sweep(self, status_of: Callable[[int], str]) -> None:
+        """Release the holds of warm copies whose movement was aborted (a target that died
+        warming leaves its hold behind). A committed movement's copy releases its own hold once
+        it has read past this host's last batch."""
+        for movement, (fragment, spec) in list(self._holds.items()):
+            try:
+                status = status_of(movement)
+            except Exception:  # the registry is away: next tick
+                continue
+            if status == "aborted":
+                release_hold(spec, warm_consumer(fragment, movement))
+            if status != "prepared":
+                del self._holds[movement]
+
+
+# -- the target's half ------------------------------------------------------------------------
+class WarmSink(SOutput):
+    """SOutput for a warm copy: until ``switch`` it writes nothing, and runs only batches the
+    source has committed (so written: the source's sink writes a batch before Spark commits it),
+    dropping their output. A batch the source has not committed is held until it has, or until
+    the switch (then it is written); one still uncertain after ``HOLD_BATCH_S`` fails the copy
+    rather than drop output nobody wrote. It also holds the output BOUNDARY back until the
+    switch."""
+
+    HOLD_BATCH_S = 10.0
+
+    def __init__(self, location: str, stream: str, epoch: int) -> None:
+        super().__init__(location, stream, epoch)
+        self._changed = threading.Condition()
+        self._writing = False
+        self._cancelled = False
+        self.source_committed = -1
+
+    def holds_boundaries(self) -> bool:
+        return not self._writing
+
+    def source_at(self, committed: int) -> None:
+        with self._changed:
+            self.source_committed = max(self.source_committed, committed)
+            self._changed.notify_all()
+
+    def switch(self) -> None:
+        with self._changed:
+            self._writing = True
+            self._changed.notify_all()
+
+    def cancel(self) -> None:
+        with self._changed:
+            self._cancelled = True
+            self._changed.notify_all()
+
+    def write(self, batch: DataFrame, batch_id: int) -> bool:
+        with self._changed:
+            self._changed.wait_for(
+                lambda: self._writing or self._cancelled or batch_id <= self.source_committed,
+                timeout=self.HOLD_BATCH_S,
+            )
+            writing, known = self._writing, batch_id <= self.source_committed
+        if writing:
+            return super().write(batch, batch_id)
+        if not known:
+            raise RuntimeError(
+                f"batch {batch_id} of the warm copy is not committed at the source "
+                f"(at {self.source_committed}): its output would be lost"
+            )
+        batch.toArrow()  # run it: the state must advance as it did at the source
+        self.skipped += 1
+        return False
+
+
+@dataclass
+class WarmCopy:
+    spec: FragmentSpec
+    source: RemoteHost
+    runtime: FragmentRuntime
+    move: PreparedMove
+    follow_path: Path
+    sink: WarmSink | None = None
+    snapshot_batch: int = -1
+    bytes: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def consumer(self) -> str:
+        return warm_consumer(self.name, self.move.movement_id)
+
+    def start(self) -> None:
+        if self.runtime.store.local_root is None:
+            raise WarmupFailed("checkpoints are not on a local file system here")
+        try:
+            with StreamClient(self.source.location) as client:
+                packed = client.staged("warm", self.name, self.move.movement_id)
+        except Exception as error:
+            raise WarmupFailed(f"no live snapshot from {self.source.host}: {error}") from error
+        self.bytes += len(packed.data)
+        _, committed = batch_log(unpack_tree(packed.data))
+        self.snapshot_batch = max(committed, default=-1)
+        self.runtime.store.unpack(self.name, packed)
+        self._follow({})
+        output = self.spec.output
+        self.sink = WarmSink(output.location, output.stream, self.move.epoch)
+        options = {**self.spec.options, "follow_file": str(self.follow_path)}
+        self.runtime.start(
+            replace(self.spec, options=options, trigger_seconds=COPY_TRIGGER_S),
+            epoch=self.move.epoch,
+            sink=self.sink,
+        )
+
+    def _follow(self, ends: Mapping[int, int]) -> None:
+        offsets = self.runtime.checkpoint_dir(self.name) / "offsets"
+        follow.write(self.follow_path, offsets, ends, hold=self.consumer)
+
+    def _check_running(self) -> None:
+        failure = self.runtime.failure(self.name)
+        if failure is not None or not self.runtime.is_running(self.name):
+            raise WarmupFailed(f"the warm copy of {self.name} stopped: {failure}")
+
+    def committed(self) -> int:
+        _, committed = batch_log(log_tree(self.runtime.checkpoint_dir(self.name)))
+        return max(committed, default=-1)
+
+    def catch_up(self, deadline: float, budget_s: float) -> int:
+        """Follow the source until the copy has committed the source's last committed batch (or,
+        after half the budget, is at most ``MAX_LAG_BATCHES`` behind); the batches behind."""
+        patient_until = deadline - budget_s / 2
+        while True:
+            self._check_running()
+            with StreamClient(self.source.location, timeout=5.0) as client:
+                answer = client.call("offsets", fragment=self.name)
+            self._follow({int(batch): int(end) for batch, end in answer["ends"].items()})
+            assert self.sink is not None
+            self.sink.source_at(int(answer["committed"]))
+            mine = self.committed()
+            lag = int(answer["committed"]) - mine
+            allowed = 0 if time.monotonic() < patient_until else MAX_LAG_BATCHES
+            if mine > self.snapshot_batch and lag <= allowed:
+                return max(lag, 0)
+            if time.monotonic() > deadline:
+                raise WarmupFailed(
+                    f"the warm copy of {self.name} reached batch {mine}, the source "
+                    f"{answer['committed']}, within the budget"
+                )
+            time.sleep(FOLLOW_POLL_S)
+
+    def settle(self, packed: PackedCheckpoint) -> None:
+        """The source's final checkpoint: check that every batch the copy logged is the source's
+        batch of that id, and let the copy follow all the source logged. A batch the copy logged
+        past the source's last (a no-data batch while the source stopped) is its own: the sink
+        holds it until the switch, and nobody else wrote that id."""
+        self.bytes += len(packed.data)
+        ends, committed = batch_log(unpack_tree(packed.data))
+        mine, _ = batch_log(log_tree(self.runtime.checkpoint_dir(self.name)))
+        differ = sorted(n for n, end in mine.items() if ends.get(n, end) != end)
+        if differ:
+            raise Diverged(f"batches {differ} of the warm copy of {self.name} differ")
+        try:
+            self._check_running()
+        except WarmupFailed as error:
+            raise Diverged(str(error)) from error
+        assert self.sink is not None
+        self.sink.source_at(max(committed, default=-1))
+        self._follow(ends)
+
+    def switch(self) -> None:
+        assert self.sink is not None
+        # The sink first: a batch planned after the follow file says lead is a new one.
+        self.sink.switch()
+        follow.lead(self.follow_path)
+
+    def cancel(self, *, discard: bool = True) -> None:
+        """Stop the copy; with ``discard`` also drop its checkpoint and release its hold."""
+        if self.sink is not None:
+            self.sink.cancel()
+        try:
+            if discard:
+                self.runtime.discard(self.name)
+                self.follow_path.unlink(missing_ok=True)
+            else:
+                self.runtime.stop(self.name)
+        finally:
+            if discard:
+                release_hold(self.spec, self.consumer)
+
+
+@dataclass
+class Released:
+    """A source that has released already: its final checkpoint is here (for ``relocate``)."""
+
+    remote: RemoteHost
+    packed: PackedCheckpoint
+
+    @property
+    def host(self) -> str:
+        return self.remote.host
+
+    def release(self, fragment: FragmentSpec) -> PackedCheckpoint | None:
+        return self.packed
+
+    def reinstate(self, fragment: FragmentSpec, epoch: int) -> None:
+        self.remote.reinstate(fragment, epoch)
+
+    def retire(self, fragment: FragmentSpec) -> None:
+        self.remote.retire(fragment)
+
+
+@dataclass
+class WarmRelocation(Relocation):
+    # The hand-off's copy when it ran to the switch (None: moved by stop-and-copy).
+    copy: WarmCopy | None = None
+    fallback: str | None = None
+    # Batches the copy was behind the source when it was warmed enough to release it.
+    lag_batches: int = 0
+
+
+def warm_relocate(
+    fragment: FragmentSpec,
+    source: RemoteHost,
+    target: FragmentRuntime,
+    *,
+    coordinator: MovementCoordinator,
+    follow_path: Path,
+    budget_s: float = DEFAULT_WARM_BUDGET_S,
+    reason: str = "load",
+    on_step: Callable[[str], None] | None = None,
+) -> WarmRelocation:
+    """Move ``fragment`` from a live source through a warm copy (see the module docstring).
+
+    Steps for ``on_step``: "prepared", "warming", "warmed", "released", "restored" (the final
+    checkpoint checked: same point as a stop-and-copy move's), "committed", "resumed" (switched).
+    A fallback runs ``relocate``, whose steps follow."""
+    began = time.perf_counter()
+    move = coordinator.prepare(fragment.name, source.host, target.name, reason)
+    relocation = WarmRelocation(move.movement_id, move.epoch)
+
+    def mark(step: str) -> None:
+        relocation.timings[step] = time.perf_counter() - began
+        if on_step is not None:
+            on_step(step)
+
+    def fall_back(why: Exception, checkpoint: RemoteHost | Released) -> WarmRelocation:
+        relocation.fallback = f"{type(why).__name__}: {why}"
+        log.warning("%s: %s; moving by stop-and-copy", fragment.name, why)
+        offset = time.perf_counter() - began
+        plain = relocate(
+            fragment, checkpoint, target, coordinator=coordinator, reason=reason, on_step=on_step
+        )
+        relocation.timings.update({k: v + offset for k, v in plain.timings.items()})
+        relocation.checkpoint_bytes = copy.bytes + plain.checkpoint_bytes
+        relocation.warnings += plain.warnings
+        return relocation
+
+    mark("prepared")
+    source.movement = move.movement_id
+    copy = WarmCopy(fragment, source, target, move, follow_path)
+    try:
+        copy.start()
+        mark("warming")
+        relocation.lag_batches = copy.catch_up(time.monotonic() + budget_s, budget_s)
+        mark("warmed")
+    except Exception as error:
+        copy.cancel()
+        return fall_back(error, source)
+
+    final: PackedCheckpoint | None = None
+    try:
+        final = source.release(fragment)
+        if final is None:
+            raise RuntimeError(f"{source.host} released no checkpoint")
+        mark("released")
+        copy.settle(final)
+        mark("restored")
+    except Diverged as error:
+        copy.cancel()
+        assert final is not None
+        return fall_back(error, Released(source, final))
+    except Exception as error:
+        coordinator.abort(move.movement_id, f"{type(error).__name__}: {error}")
+        copy.cancel()
+        note = _reinstate(source, fragment, move.epoch - 1)
+        raise MoveAborted(
+            f"move of {fragment.name} to {target.name} aborted: {error}{note}"
+        ) from error
+    relocation.checkpoint_bytes = copy.bytes
+
+    try:
+        epoch = coordinator.commit(move.movement_id)
+    except Exception as error:
+        outcome = _committed(coordinator, move)
+        if outcome is None:
+            # Run nowhere until the registry answers: the agent's tick starts the copy again
+            # from its checkpoint and follow file if the registry names this host, else drops it.
+            copy.cancel(discard=False)
+            raise MoveInDoubt(f"commit of {fragment.name} unknown: {error}") from error
+        if not outcome:
+            coordinator.abort(move.movement_id, f"commit failed: {error}")
+            copy.cancel()
+            note = _reinstate(source, fragment, move.epoch - 1)
+            raise MoveAborted(f"commit of {fragment.name} failed: {error}{note}") from error
+        epoch = move.epoch
+    mark("committed")
+    try:
+        with StreamClient(fragment.output.location) as client:
+            client.fence(fragment.output.stream, epoch)
+    except Exception as error:
+        relocation.warnings.append(f"output log not fenced at commit: {error}")
+    copy.switch()
+    mark("resumed")
+    relocation.copy = copy
+    try:
+        source.retire(fragment)
+    except Exception as error:
+        relocation.warnings.append(f"source did not retire its copy: {error}")
+    return relocation
+
+
+def _reinstate(source: RemoteHost, fragment: FragmentSpec, epoch: int) -> str:
+    try:
+        source.reinstate(fragment, epoch)
+    except Exception as failure:
+        # Still the host of record; its agent restarts it from its own checkpoint.
+        return f"; the source did not resume: {failure}"
+    return ""
+
+
+def release_after_first_write(
+    runtime: FragmentRuntime,
+    spec: FragmentSpec,
+    consumer: str | None,
+    *,
+    timeout: float,
+    on_first: Callable[[], None] | None = None,
+) -> None:
+    """Wait (on a thread of its own) for the first batch this host writes itself, then release
+    the copy's hold: the copy has read past the source's last batch, and its own
+    acknowledgements keep what it reads from now on."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            written = runtime.sink(spec.name).written
+        except KeyError:  # stopped or moved on meanwhile
+            return
+        if written:
+            if on_first is not None:
+                on_first()
+            if consumer is not None:
+                release_hold(spec, consumer)
+            return
+        time.sleep(0.01)
