@@ -93,7 +93,7 @@ def send(
             answer = http.post(HEARTBEAT_PATH, json=body).json()
         except (httpx.HTTPError, ValueError):
             continue  # the service away or busy: the next beat tries again
-        if os.environ.get("FEDLOAD_HEARTBEAT_TRACE"):
+        if os.environ.get("FEDLOAD_HEARTBEAT_TRACE"):  # diagnostics: when each beat was answered
             print(f"beat {time.time():.3f} {time.monotonic() - now:.3f}", file=sys.stderr)
         interval = float(answer.get("heartbeat_interval_seconds") or interval)
         due = now + interval

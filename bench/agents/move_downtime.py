@@ -466,6 +466,8 @@ def run(args: argparse.Namespace, work: Path, console: Console) -> dict[str, Any
     )
     # --plain: the agents move by stop-and-copy only (no warm hand-off), for comparison.
     agent_env = {WARM_BUDGET_ENV: "0"} if args.plain else {}
+    if args.warm_budget is not None and not args.plain:
+        agent_env[WARM_BUDGET_ENV] = str(args.warm_budget)
     output: WrittenBatches | None = None
     baseline: Baseline | None = None
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
@@ -769,6 +771,12 @@ def main(argv: list[str] | None = None) -> int:
         "--plain",
         action="store_true",
         help="agents move by stop-and-copy only (FEDLOAD_WARM_BUDGET_S=0), for comparison",
+    )
+    parser.add_argument(
+        "--warm-budget",
+        type=float,
+        help="seconds the agents give a warm copy to catch up (FEDLOAD_WARM_BUDGET_S; "
+        "default the agents' own, 8 s); the registry's movement lease here is 60 s",
     )
     args = parser.parse_args(argv)
     console = Console()

@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
+from app.db.base import utcnow
 from app.db.session import unit_of_work
 from app.models import Participant, Replica, ReplicaTechnique, Task
+from app.participants import failures
 from app.settings import Settings
 from tests.integration.api.conftest import ADMIN_KEY, Api
 
@@ -138,6 +140,9 @@ def test_a_movement_in_flight_opens_both_ways_until_it_ends(api: Api, db_url: st
     with unit_of_work(db_url) as session:  # the registry last heard of B an hour ago
         b = session.query(Participant).filter_by(name="B").one()
         b.last_heartbeat_at = b.last_heartbeat_at - timedelta(hours=1)
+    with unit_of_work(db_url) as session:  # and its failure sweeper's round declares it failed
+        failed = failures.sweep(session, checked_until=utcnow(), interval_seconds=1, misses=3)
+        assert [p.name for p in failed] == ["B"]
     # C, which holds q1's replica, takes it over from the failed B (no contract between them).
     moved = api.post("C", "/v1/movements", {"task": "q1", "to": "C", "reason": "failover"})
     assert moved.status_code == 201, moved.text
