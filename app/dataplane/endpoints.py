@@ -12,9 +12,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 
 from app.auth.dependencies import CurrentPrincipal, SessionDep, SettingsDep
-from app.db.base import utcnow
 from app.dataplane import service
 from app.dataplane.schemas import DataplaneKeyRead, TokenRead, TokenRequest
+from app.db.base import utcnow
 
 router = APIRouter(prefix="/v1/dataplane", tags=["data plane"])
 

@@ -9,7 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.api_types import NameRef, RowId
 
-Operation = Literal["read", "append", "fence", "ack", "release", "checkpoint", "reinstate", "retire"]
+Operation = Literal[
+    "read", "append", "fence", "ack", "release", "checkpoint", "reinstate", "retire"
+]
 
 
 class TokenRequest(BaseModel):

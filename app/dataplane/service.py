@@ -170,9 +170,7 @@ def _runners(session: Session, task: Task) -> set[int]:
 
 def _stream_serving(session: Session, me: int, grant: tokens.Grant) -> str:
     assert grant.stream is not None
-    unknown = NotFound(
-        f"no stream {grant.stream!r} of a task you take part in", field="stream"
-    )
+    unknown = NotFound(f"no stream {grant.stream!r} of a task you take part in", field="stream")
     if not grant.stream.endswith(STREAM_SUFFIX):
         raise unknown
     producer = session.scalar(
@@ -208,9 +206,7 @@ def _stream_serving(session: Session, me: int, grant: tokens.Grant) -> str:
 
 def _input_names(task: Task) -> set[str]:
     # A task's inputs are the tasks whose output streams it reads (TaskRecord.from_read).
-    return {
-        str(i.get("task")) if isinstance(i, dict) else str(i) for i in (task.inputs or [])
-    }
+    return {str(i.get("task")) if isinstance(i, dict) else str(i) for i in (task.inputs or [])}
 
 
 def _task_serving(session: Session, me: int, grant: tokens.Grant) -> str:

@@ -271,7 +271,9 @@ def load_signing_key(path: Path) -> Ed25519PrivateKey:
     try:
         key = serialization.load_pem_private_key(path.read_bytes(), password=None)
     except ValueError as error:
-        raise ValueError(f"data-plane signing key {path}: not a PEM private key ({error})") from None
+        raise ValueError(
+            f"data-plane signing key {path}: not a PEM private key ({error})"
+        ) from None
     if not isinstance(key, Ed25519PrivateKey):
         raise ValueError(f"data-plane signing key {path} must be Ed25519, got {type(key).__name__}")
     return key
