@@ -276,7 +276,8 @@ EXAMPLES: dict[str, Example] = {
         "issuer": "fedload",
         "algorithm": "EdDSA",
         "public_keys": [
-            "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA3L1g8C1FZ0sH2p6e8m7yv0bXb9xvYkQ8rG2mJb7vJ0E=\n"
+            "-----BEGIN PUBLIC KEY-----\n"
+            "MCowBQYDK2VwAyEA3L1g8C1FZ0sH2p6e8m7yv0bXb9xvYkQ8rG2mJb7vJ0E=\n"
             "-----END PUBLIC KEY-----\n"
         ],
     },

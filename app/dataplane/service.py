@@ -31,6 +31,7 @@ name (a stranger learns nothing), a party without the right for that operation 4
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import threading
@@ -75,10 +76,8 @@ def _load_or_create(path: Path) -> Ed25519PrivateKey:
         try:
             with os.fdopen(descriptor, "wb") as out:  # mkstemp makes it 0600
                 out.write(tokens.private_pem(tokens.new_signing_key()))
-            try:
+            with contextlib.suppress(FileExistsError):
                 os.link(scratch, path)
-            except FileExistsError:
-                pass
         finally:
             os.unlink(scratch)
     return tokens.load_signing_key(path)

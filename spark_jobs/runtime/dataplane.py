@@ -142,7 +142,9 @@ class RegistryTokens:
         try:
             token, expires = self._fetch(grant)
         except Exception as error:
-            raise TokenUnavailable(f"{REFUSED} by the registry for {grant.to_json()}: {error}")
+            raise TokenUnavailable(
+                f"{REFUSED} by the registry for {grant.to_json()}: {error}"
+            ) from error
         with self._lock:
             self._held[grant_key(grant)] = (grant, token, self._clock(), expires)
             snapshot = {k: v[1] for k, v in self._held.items()}

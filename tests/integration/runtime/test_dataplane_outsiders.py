@@ -217,9 +217,9 @@ def test_outsiders_and_wrong_partners_are_refused_and_change_nothing(
         ),
     ]
     for name, sent, kind in cases:
-        with StreamClient(server.location, tokens=FixedToken(sent)) as client:
-            with pytest.raises(Exception) as caught:
-                operation.call(client)
+        client = StreamClient(server.location, tokens=FixedToken(sent))
+        with client, pytest.raises(Exception) as caught:
+            operation.call(client)
         error = flight_error(caught.value)
         assert isinstance(error, kind), f"{operation.name} as {name}: {caught.value!r}"
         assert REFUSED in str(caught.value), f"{operation.name} as {name}: {caught.value}"
@@ -233,18 +233,17 @@ def test_outsiders_and_wrong_partners_are_refused_and_change_nothing(
 
 
 def test_refusals_say_why(server: StreamServer) -> None:
-    with StreamClient(server.location, tokens=FixedToken(None)) as client:
-        with pytest.raises(flight.FlightUnauthenticatedError, match="carries no data-plane token"):
-            client.info(STREAM)
-    expired = token(_on_stream(READ), age=120)
-    with StreamClient(server.location, tokens=FixedToken(expired)) as client:
-        with pytest.raises(flight.FlightUnauthenticatedError, match="expired"):
-            client.info(STREAM)
+    anonymous = StreamClient(server.location, tokens=FixedToken(None))
+    with anonymous, pytest.raises(flight.FlightUnauthenticatedError, match="carries no"):
+        anonymous.info(STREAM)
+    late = StreamClient(server.location, tokens=FixedToken(token(_on_stream(READ), age=120)))
+    with late, pytest.raises(flight.FlightUnauthenticatedError, match="expired"):
+        late.info(STREAM)
     reader = token(_on_stream(READ))
     with StreamClient(server.location, tokens=FixedToken(reader)) as client:
         with pytest.raises(flight.FlightUnauthorizedError, match="needs fence"):
             client.fence(STREAM, 99)
-        with pytest.raises(flight.FlightUnauthorizedError, match="'q1.out', not 'q9.out'"):
+        with pytest.raises(flight.FlightUnauthorizedError, match=r"'q1\.out', not 'q9\.out'"):
             client.info(OTHER_STREAM)
 
 
@@ -260,9 +259,9 @@ def test_an_action_without_a_declared_scope_is_refused_even_with_a_token() -> No
     made = Extended(auth=FlightAuth(SERVING, (KEY.public_key(),)))
     made.promoted = False
     try:
-        with StreamClient(made.location, tokens=FixedToken(token(_on_task(RELEASE)))) as client:
-            with pytest.raises(flight.FlightUnauthorizedError, match="declares no scope"):
-                client._action("promote", _on_task(RELEASE))
+        client = StreamClient(made.location, tokens=FixedToken(token(_on_task(RELEASE))))
+        with client, pytest.raises(flight.FlightUnauthorizedError, match="declares no scope"):
+            client._action("promote", _on_task(RELEASE))
         assert made.promoted is False
     finally:
         made.shutdown()
