@@ -43,8 +43,9 @@ def issue_token(
     a consuming task, ``ack`` as ``consumer`` for that consumer's host. Tasks, for one movement:
     ``release`` for its target while prepared (served by the source), ``checkpoint`` for source
     or target while prepared (served by the target), ``reinstate`` for the target once aborted,
-    ``retire`` once committed. 404 for a stream or movement the caller is no party to (as for an
-    unknown one), 403 for an operation that is not the caller's; nothing is written."""
+    ``retire`` once committed. An admin key gets ``read`` tokens only. 404 for a stream or
+    movement the caller is no party to (as for an unknown one), 403 for an operation that is
+    not the caller's; nothing is written."""
     return service.issue(
         session, me, body, key, now=utcnow(), ttl_seconds=settings.dataplane_token_seconds
     )

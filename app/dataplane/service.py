@@ -25,6 +25,8 @@ Tasks, for one movement of them (the prepared movement names source and target):
   while it is prepared, when the target aborts it next); served by the source.
 - ``retire`` (forget the source's copy): the target, once the movement is committed.
 
+An admin gets ``read`` tokens for any stream (the operator checks outputs), nothing else.
+
 A caller who is no party to a stream's or task's records gets 404, the answer for an unknown
 name (a stranger learns nothing), a party without the right for that operation 403.
 """
@@ -100,14 +102,11 @@ def issue(
     now: datetime,
     ttl_seconds: float,
 ) -> TokenRead:
-    if principal.participant_id is None:
-        raise Forbidden(
-            "the data plane is between participants: an admin key gets no data-plane token",
-            field="Authorization",
-        )
     grant = _grant(ask)
     me = principal.participant_id
-    if grant.stream is not None:
+    if me is None:
+        serving = _operator_serving(session, grant)
+    elif grant.stream is not None:
         serving = _stream_serving(session, me, grant)
     else:
         serving = _task_serving(session, me, grant)
@@ -143,6 +142,23 @@ def _grant(ask: TokenRequest) -> tokens.Grant:
         movement=ask.movement,
         consumer=ask.consumer,
     )
+
+
+def _operator_serving(session: Session, grant: tokens.Grant) -> str:
+    """An admin may read any stream (the operator checks outputs) and do nothing else there:
+    the data plane's writes, trims, fences and moves are the participants'."""
+    if grant.stream is None or grant.operations != {tokens.READ}:
+        raise Forbidden(
+            "an admin key gets read tokens for streams only: the data plane's other "
+            "operations are between the participants the records name",
+            field="operations",
+        )
+    producer = session.scalar(
+        select(Task).where(Task.name == grant.stream.removesuffix(STREAM_SUFFIX))
+    )
+    if producer is None or not grant.stream.endswith(STREAM_SUFFIX):
+        raise NotFound(f"no stream {grant.stream!r}", field="stream")
+    return _name(session, producer.owner_id)
 
 
 def _name(session: Session, participant_id: int) -> str:

@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -48,6 +49,7 @@ from app.dataplane.tokens import (
     sign,
     verify,
 )
+from app.participant.client import FedloadClient
 
 log = logging.getLogger("fedload.dataplane")
 
@@ -188,6 +190,18 @@ class RegistryTokens:
 
     def stop(self) -> None:
         self._stopped.set()
+
+
+def registry_tokens(client: FedloadClient, *, spill: Path | None = None) -> RegistryTokens:
+    """Tokens the registry issues to ``client``'s key holder (an agent's participant; an
+    operator's admin key gets read tokens)."""
+
+    def fetch(grant: Grant) -> tuple[str, float]:
+        issued = client.dataplane_token(grant.to_json())
+        expires = datetime.fromisoformat(str(issued["expires_at"]).replace("Z", "+00:00"))
+        return str(issued["token"]), expires.timestamp()
+
+    return RegistryTokens(fetch, spill=spill)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from datetime import datetime
 
 import pytest
 
+from spark_jobs.runtime.dataplane import registry_tokens
 from spark_jobs.scenarios.reference import check_fragment
 from tests.integration.participant.agents import (
     GENERATOR,
@@ -89,7 +90,9 @@ def test_a_stateful_fragment_moves_between_agent_processes_and_outlives_a_servic
         assert admin.task("O.x")["price"] is None  # at home: nobody pays for it any more
         grows(admin, "O.x")
 
-        comparison = check_fragment(spark, admin.endpoint("O"), admin.task("O.x"), GENERATOR)
+        comparison = check_fragment(
+            spark, admin.endpoint("O"), admin.task("O.x"), GENERATOR, registry_tokens(admin)
+        )
         assert comparison.matches, comparison.as_dict()
         assert comparison.rows > 100
 
