@@ -370,7 +370,7 @@ SPARK_MASTER_FORMS = ("local", "spark://", "yarn", "k8s://", "mesos://")
 def advertised_host(listen: str, advertise: str | None) -> str:
     """The host part partners (and Spark executors) reach this agent at."""
     if advertise:
-        text = advertise.removeprefix("grpc://")
+        text = advertise.removeprefix("grpc+tls://").removeprefix("grpc://")
         host, sep, port = text.rpartition(":")
         return host if sep and port.isdigit() else text
     return parse_address(listen)[0]

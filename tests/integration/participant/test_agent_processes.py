@@ -19,6 +19,7 @@ from tests.integration.participant.agents import (
     overload_s,
     wait_for,
 )
+from tests.integration.participant.outsiders import probe_outsiders
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -46,6 +47,7 @@ def test_a_stateful_fragment_moves_between_agent_processes_and_outlives_a_servic
             "S to drop its copy of O.x",
             lambda: not (fed.data_dir("S") / "checkpoints" / "O.x").exists(),
         )
+        probe_outsiders(fed)  # issue 14: outsiders' Flight calls change nothing here
 
         # The service goes away for a while: agents keep their fragments running and come back.
         rows_before_outage = output_rows(admin, "O.x")
