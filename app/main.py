@@ -174,7 +174,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.session_factory = session_factory(settings.database_url, settings.database_options())
-    app.state.dataplane_key = SigningKey(settings.dataplane_key_path)
+    production = settings.environment == "production"
+    app.state.dataplane_key = SigningKey(settings.dataplane_key_path, create=not production)
+    if production:
+        app.state.dataplane_key.get()  # a missing or bad key stops the start, naming the file
     install_overload_protection(app, settings)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(DomainError, _domain_error)

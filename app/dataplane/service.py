@@ -57,14 +57,22 @@ class SigningKey:
     """The service's data-plane key, read (or generated, outside production) at first use, so
     an app that never issues a token never touches the file."""
 
-    def __init__(self, path: Path) -> None:
-        self._path = path
+    def __init__(self, path: Path, *, create: bool) -> None:
+        """``create``: generate the key when the file is missing (never in production, where
+        a mistyped path must not silently give each host a key of its own)."""
+        self._path, self._create = path, create
         self._key: Ed25519PrivateKey | None = None
         self._lock = threading.Lock()
 
     def get(self) -> Ed25519PrivateKey:
         with self._lock:
             if self._key is None:
+                if not self._path.exists() and not self._create:
+                    raise FileNotFoundError(
+                        f"FEDLOAD_DATAPLANE_KEY_FILE {self._path} does not exist: create it "
+                        "(openssl genpkey -algorithm ed25519 -out FILE) and give every worker "
+                        "the same file"
+                    )
                 self._key = _load_or_create(self._path)
             return self._key
 
