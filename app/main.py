@@ -20,6 +20,8 @@ from app.admin.web import mount_admin
 from app.api_docs import mount_docs
 from app.audit.endpoints import router as audit_router
 from app.contracts.endpoints import router as contracts_router
+from app.dataplane.endpoints import router as dataplane_router
+from app.dataplane.service import SigningKey
 from app.db.integrity import conflict_for
 from app.db.session import check_database, session_factory
 from app.errors import DomainError, validation_body
@@ -189,6 +191,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.session_factory = session_factory(settings.database_url, settings.database_options())
+    production = settings.environment == "production"
+    app.state.dataplane_key = SigningKey(settings.dataplane_key_path, create=not production)
+    if production:
+        app.state.dataplane_key.get()  # a missing or bad key stops the start, naming the file
     install_overload_protection(app, settings)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(DomainError, _domain_error)
@@ -205,6 +211,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(replicas_router)
     app.include_router(permits_router)
     app.include_router(audit_router)
+    app.include_router(dataplane_router)
     install_observability(app, settings)  # request ids, request logs, /metrics
 
     @app.get("/healthz", tags=["service"])

@@ -279,6 +279,21 @@ EXAMPLES: dict[str, Example] = {
     "PermitAsk": {"replica": "C.q01@D"},
     "PermitRead": _PERMIT,
     "PermitDecision": {**_PERMIT, "replica": "C.q01@D", "granted": True},
+    "TokenRequest": {"operations": ["read", "ack"], "stream": "C.q00.out", "consumer": "C.q01"},
+    "TokenRead": {
+        "token": "eyJhbGciOiJFZERTQSIsInR5cCI6IkpXVCJ9.eyJhdWQiOiJDIn0.c2lnbmF0dXJl",
+        "serving": "C",
+        "expires_at": _AT,
+    },
+    "DataplaneKeyRead": {
+        "issuer": "fedload",
+        "algorithm": "EdDSA",
+        "public_keys": [
+            "-----BEGIN PUBLIC KEY-----\n"
+            "MCowBQYDK2VwAyEA3L1g8C1FZ0sH2p6e8m7yv0bXb9xvYkQ8rG2mJb7vJ0E=\n"
+            "-----END PUBLIC KEY-----\n"
+        ],
+    },
     # Errors (FastAPI's own schemas for request validation)
     # The service's error bodies (app/openapi.py publishes their schemas).
     "Error": {"detail": "contract 7 is at version 3, not 2; read it again", "field": "version"},

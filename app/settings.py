@@ -81,6 +81,14 @@ class Settings(BaseSettings):
     # requests cost a few milliseconds each; off by default, on with FEDLOAD_ACCESS_LOG=true
     # or ``fedload serve --access-log`` (the issue measured the service with it on).
     access_log: bool = False
+    # The data plane's signing key (issue 14, item 5): an Ed25519 private key in PEM that signs
+    # the tokens agents present on every Flight call. Agents verify with its public key
+    # (``GET /v1/dataplane/key``) and hold no secret of the service. Unset: a key generated at
+    # the first start in ``var/`` beside the SQLite file (development and tests); production
+    # must name the file, so that every worker and every restart signs with the same key.
+    dataplane_key_file: Path | None = None
+    # Lifetime of a data-plane token: long beside a Flight call, short beside a task's stay.
+    dataplane_token_seconds: float = Field(default=300.0, gt=0, le=86400)
 
     def database_options(self) -> DatabaseOptions:
         """The API's pool: one connection per admitted request plus the spares, never more
@@ -119,7 +127,18 @@ class Settings(BaseSettings):
                     "FEDLOAD_SESSION_SECRET is still the development default; "
                     "set a secret value when FEDLOAD_ENVIRONMENT=production"
                 )
+            if self.dataplane_key_file is None:
+                raise ValueError(
+                    "FEDLOAD_DATAPLANE_KEY_FILE is unset; name the data plane's Ed25519 signing "
+                    "key (PEM) when FEDLOAD_ENVIRONMENT=production, so every worker and every "
+                    "restart signs agents' tokens with the same key"
+                )
         return self
+
+    @property
+    def dataplane_key_path(self) -> Path:
+        """Where the signing key is read (or, unset outside production, generated)."""
+        return self.dataplane_key_file or DEFAULT_SQLITE_PATH.parent / "dataplane-signing-key.pem"
 
 
 @lru_cache(maxsize=16)

@@ -77,6 +77,17 @@ class FedloadClient:
         found = self._call("GET", path).get("endpoint")
         return None if found is None else str(found)
 
+    def dataplane_token(self, grant: dict[str, Any]) -> dict[str, Any]:
+        """A token for a Flight call: ``grant`` as ``Grant.to_json`` (ops, stream or task and
+        movement, consumer); {"token", "serving", "expires_at"}."""
+        body = {"operations": grant["ops"]}
+        body.update({k: grant[k] for k in ("stream", "task", "movement", "consumer") if k in grant})
+        return dict(self._call("POST", "/v1/dataplane/tokens", json=body))
+
+    def dataplane_keys(self) -> list[str]:
+        """The service's public keys (PEM) that verify data-plane tokens."""
+        return [str(k) for k in self._call("GET", "/v1/dataplane/key")["public_keys"]]
+
     def heartbeat(self, **report: Any) -> dict[str, Any]:
         return dict(self._call("POST", "/v1/participants/me/heartbeat", json=report))
 

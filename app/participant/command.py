@@ -83,6 +83,11 @@ class AgentOptions:
     ticks: int = 0
     accept_fragments: frozenset[str] | None = None  # None: any catalogue fragment
     events: Path | None = None
+    # TLS on the Flight endpoint (PEM files): this agent's certificate and key, and the
+    # authority that signed the partners' certificates (None: plain grpc://).
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_ca: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -293,6 +298,23 @@ def agent_command(host_factory: Callable[[], HostFactory]) -> Callable[..., None
         offer_interval: float = typer.Option(7.0, help="Seconds between offers (Borealis: 7 s)."),
         hysteresis: float = typer.Option(0.01, help="Price band against flip-flop moves."),
         ticks: int = typer.Option(0, help="Stop after this many intervals (0: until stopped)."),
+        tls_cert: Path | None = typer.Option(
+            None,
+            "--tls-cert",
+            envvar="FEDLOAD_TLS_CERT",
+            help="PEM certificate of this agent's Flight endpoint: serve grpc+tls:// (with "
+            "--tls-key).",
+        ),
+        tls_key: Path | None = typer.Option(
+            None, "--tls-key", envvar="FEDLOAD_TLS_KEY", help="PEM private key of --tls-cert."
+        ),
+        tls_ca: Path | None = typer.Option(
+            None,
+            "--tls-ca",
+            envvar="FEDLOAD_TLS_CA",
+            help="PEM of the authority that signed the partners' endpoint certificates "
+            "(default: the system's).",
+        ),
     ) -> None:
         """Run one participant: host its fragments, heartbeat, answer offers, shed load."""
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -316,6 +338,13 @@ def agent_command(host_factory: Callable[[], HostFactory]) -> Callable[..., None
                 f"{', '.join(f + '...' for f in SPARK_MASTER_FORMS)})",
                 param_hint="--spark-master",
             )
+        if (tls_cert is None) != (tls_key is None):
+            raise typer.BadParameter(
+                "give both --tls-cert and --tls-key, or neither", param_hint="--tls-cert"
+            )
+        for flag, given in (("--tls-cert", tls_cert), ("--tls-key", tls_key), ("--tls-ca", tls_ca)):
+            if given is not None and not given.is_file():
+                raise typer.BadParameter(f"{given} is no file", param_hint=flag)
         # Now, in one line, rather than after contacting the service and starting the host.
         ensure_free_port(listen_host, listen_port, "--listen")
         model = None
@@ -342,6 +371,9 @@ def agent_command(host_factory: Callable[[], HostFactory]) -> Callable[..., None
             hysteresis=hysteresis,
             ticks=ticks,
             accept_fragments=frozenset(accept) if accept else None,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            tls_ca=tls_ca,
         )
         raise typer.Exit(run_agent(options, host_factory()))
 
@@ -355,7 +387,7 @@ SPARK_MASTER_FORMS = ("local", "spark://", "yarn", "k8s://", "mesos://")
 def advertised_host(listen: str, advertise: str | None) -> str:
     """The host part partners (and Spark executors) reach this agent at."""
     if advertise:
-        text = advertise.removeprefix("grpc://")
+        text = advertise.removeprefix("grpc+tls://").removeprefix("grpc://")
         host, sep, port = text.rpartition(":")
         return host if sep and port.isdigit() else text
     return parse_address(listen)[0]

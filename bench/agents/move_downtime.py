@@ -53,6 +53,7 @@ from app.federation.document import FederationDoc, TaskSpec, load_federation
 from app.participant.client import FedloadClient
 from bench.runtime.run import machine
 from spark_jobs.fragments import catalogue
+from spark_jobs.runtime.dataplane import registry_tokens
 from spark_jobs.runtime.host import FragmentRuntime, FragmentSpec, StreamRef
 from spark_jobs.runtime.participant_host import (
     BUCKET_SECONDS,
@@ -340,7 +341,7 @@ def output_rows(admin: FedloadClient) -> int:
     location = admin.endpoint(OWNER)
     if location is None:
         return 0
-    with StreamClient(location) as client:
+    with StreamClient(location, tokens=registry_tokens(admin)) as client:
         return int(client.info(f"{FRAGMENT}.out")["rows"])
 
 

@@ -30,6 +30,7 @@ import httpx
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+from app.dataplane.tokens import new_signing_key, private_pem
 from app.server import free_port
 from bench.api.loadgen import Connection, Tally, percentile
 from tests.support.components import postgres_url
@@ -107,8 +108,12 @@ def database_backends(database_url: str) -> list[int]:
 @contextmanager
 def service(database_url: str, workers: int, extra_env: dict[str, str]) -> Iterator[int]:
     port = free_port()
+    # Production settings name the data plane's signing key: a fresh one per run.
+    signing_key = Path(tempfile.mkdtemp(prefix="fedload-bench-")) / "dataplane.pem"
+    signing_key.write_bytes(private_pem(new_signing_key()))
     env = {
         **os.environ,
+        "FEDLOAD_DATAPLANE_KEY_FILE": str(signing_key),
         "DATABASE_URL": database_url,
         "FEDLOAD_ADMIN_KEY": ADMIN_KEY,
         "FEDLOAD_SESSION_SECRET": "bench-session-secret",

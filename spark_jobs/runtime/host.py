@@ -28,6 +28,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
 from spark_jobs.runtime.checkpoint_store import CheckpointStore
+from spark_jobs.runtime.dataplane import client_defaults
 from spark_jobs.runtime.listeners import ProgressListener
 from spark_jobs.runtime.soutput import SOutput
 from spark_jobs.runtime.sunion import SUnionDataSource
@@ -97,6 +98,19 @@ class _BoundaryPublisher(ProgressListener):
                 client.advance(stream, boundary, epoch)
         except Exception as error:  # a fenced old host, or the log's host is gone: not fatal
             self.errors.append(f"{stream}: {error}")
+
+
+def _credential_options(spec: FragmentSpec) -> dict[str, str]:
+    """Where the query's Spark processes find this agent's data-plane tokens and trusted
+    certificates (they run apart from this process, so the process defaults do not reach
+    them; see ``spark_jobs.runtime.dataplane``)."""
+    defaults = client_defaults()
+    options = {}
+    if defaults.token_file is not None:
+        options["token_file"] = defaults.token_file
+    if defaults.tls_roots_file is not None:
+        options["tls_roots_file"] = defaults.tls_roots_file
+    return options
 
 
 def _output_boundary(event_time: dict[str, str], sources: Any, bucket_seconds: float) -> int | None:
@@ -341,6 +355,8 @@ class FragmentRuntime:
             reader = reader.option("start_bucket", str(replay_from))
         if spec.max_buckets_per_batch:
             reader = reader.option("max_buckets_per_batch", str(spec.max_buckets_per_batch))
+        for key, value in _credential_options(spec).items():
+            reader = reader.option(key, value)
         for key, value in spec.options.items():
             reader = reader.option(key, value)
         if sink is None:
@@ -376,6 +392,9 @@ class FragmentRuntime:
             try:
                 with StreamClient(ref.location, timeout=HOLD_TIMEOUT_S) as client:
                     client.hold(ref.stream, consumer, replay_from)
+                    # Its query's own processes read with the tokens this process spills;
+                    # this call puts the read token among them (the hold put the ack token).
+                    client.info(ref.stream)
             except (flight.FlightUnavailableError, flight.FlightTimedOutError) as error:
                 # A producer cut off now cannot be read either; the fragment registers with its
                 # first acknowledgement there. Starting matters more (DPC runs on cut inputs).

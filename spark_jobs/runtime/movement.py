@@ -109,11 +109,11 @@ class RemoteHost:
 
     def reinstate(self, fragment: FragmentSpec, epoch: int) -> None:
         with StreamClient(self.location) as client:
-            client.reinstate(fragment.name, epoch)
+            client.reinstate(fragment.name, epoch, movement=self.movement)
 
     def retire(self, fragment: FragmentSpec) -> None:
         with StreamClient(self.location) as client:
-            client.retire(fragment.name)
+            client.retire(fragment.name, movement=self.movement)
 
 
 @dataclass

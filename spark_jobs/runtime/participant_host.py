@@ -44,6 +44,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from app.dataplane.tokens import load_public_key
 from app.participant.client import ApiError, FedloadClient
 from app.participant.command import (
     WILDCARDS,
@@ -56,6 +57,13 @@ from app.participant.ports import Host, MovementRecord, Mover, Received, TaskRec
 from spark_jobs.fragments import catalogue
 from spark_jobs.generators import ConnectionGenerator, RateSchedule
 from spark_jobs.runtime import follow
+from spark_jobs.runtime.dataplane import (
+    ClientDefaults,
+    FlightAuth,
+    TlsFiles,
+    registry_tokens,
+    use_client_defaults,
+)
 from spark_jobs.runtime.host import FragmentRuntime, FragmentSpec, StreamRef
 from spark_jobs.runtime.movement import Relocation, RemoteHost, relocate
 from spark_jobs.runtime.registry_coordinator import PreparedMovementCoordinator, abort_once
@@ -150,13 +158,15 @@ class SparkParticipantHost:
         checkpoints: str | Path | None = None,
         accept_fragments: frozenset[str] | None = None,
         load_per_row: float = LOAD_PER_ROW,
+        auth: FlightAuth | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         self.name = name
         self._load_per_row = load_per_row
         self._client = client
         self._data_dir = Path(data_dir)
         host, port = parse_address(listen)
-        self.server = StreamServer(host, port, advertise)
+        self.server = StreamServer(host, port, advertise, auth=auth, tls=tls)
         self.runtime = FragmentRuntime(
             name,
             spark or (lambda: build_session(app_name=f"fedload-{name}", master="local[2]")),
@@ -615,9 +625,38 @@ def spark_factory(
     return build
 
 
+TOKEN_FILE = "dataplane-tokens.json"
+
+
+def secure_data_plane(context: AgentContext) -> tuple[FlightAuth, TlsFiles | None]:
+    """The agent's side of the authenticated data plane (issue 14, item 5): its endpoint
+    accepts only tokens the service signed for it (verified with the service's public key, read
+    from the service at start), and its calls carry tokens the registry issues it, kept in
+    ``DATA_DIR/dataplane-tokens.json`` for its Spark processes; with TLS, its clients trust
+    ``--tls-ca``."""
+    options, client = context.options, context.client
+    keys = tuple(load_public_key(pem) for pem in client.dataplane_keys())
+    spill = Path(options.data_dir) / TOKEN_FILE
+    tokens = registry_tokens(client, spill=spill)
+    tokens.start()
+    tls = None
+    if options.tls_cert is not None and options.tls_key is not None:
+        tls = TlsFiles(options.tls_cert, options.tls_key, options.tls_ca)
+    use_client_defaults(
+        ClientDefaults(
+            tokens=tokens,
+            tls_roots=options.tls_ca.read_bytes() if options.tls_ca is not None else None,
+            token_file=str(spill),
+            tls_roots_file=str(options.tls_ca) if options.tls_ca is not None else None,
+        )
+    )
+    return FlightAuth(options.participant, keys), tls
+
+
 def make_host(context: AgentContext) -> tuple[Host, Mover]:
     """``fedload agent``'s data plane: this module's host, as both ``Host`` and ``Mover``."""
     options = context.options
+    auth, tls = secure_data_plane(context)
     listen_host, _ = parse_address(options.listen)
     # The driver listens where the agent does; on every interface when the agent does.
     bind = "0.0.0.0" if listen_host in WILDCARDS else listen_host
@@ -636,6 +675,8 @@ def make_host(context: AgentContext) -> tuple[Host, Mover]:
         ),
         checkpoints=options.checkpoint_dir,
         accept_fragments=options.accept_fragments,
+        auth=auth,
+        tls=tls,
     )
     if options.spark_eager:
         host.warm()

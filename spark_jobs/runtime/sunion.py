@@ -88,6 +88,7 @@ import urllib.parse
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -99,7 +100,9 @@ from pyspark.sql.types import StructType
 
 from app.availability.sunion import DelayStrategy, SUnion
 from app.availability.tuples import Message
+from app.dataplane.tokens import READ, Grant
 from spark_jobs.runtime import follow
+from spark_jobs.runtime.dataplane import FileTokens, FixedToken, TokenSource
 from spark_jobs.runtime.transport import StreamClient
 
 KIND_COLUMN = "kind"
@@ -126,8 +129,10 @@ class TimedClient(StreamClient):
     """A StreamClient with a deadline on every call and a short reconnect backoff, so an
     unreachable input costs a bounded wait and a healed one is seen at once."""
 
-    def __init__(self, location: str, timeout_s: float) -> None:
-        super().__init__(location, timeout=timeout_s, channel_options=_CHANNEL_OPTIONS)
+    def __init__(self, location: str, timeout_s: float, **credentials: Any) -> None:
+        super().__init__(
+            location, timeout=timeout_s, channel_options=_CHANNEL_OPTIONS, **credentials
+        )
 
 
 class Spool:
@@ -182,6 +187,9 @@ class BucketRange(InputPartition):
     hi: int
     # DPC: buckets from here on were released without every input's boundary.
     tentative_from: int | None = None
+    # The read token, minted when the batch was planned: an executor on a cluster shares no
+    # file with the agent, so the token travels with the partition.
+    token: str | None = None
 
 
 class SUnionDataSource(DataSource):
@@ -230,6 +238,13 @@ class SUnionReader(DataSourceStreamReader):
         self.info_timeout_s = self._positive_ms(options, "info_timeout_ms", 250) / 1000
         spool_dir = options.get("spool_dir")
         self.spool = Spool(spool_dir) if spool_dir else None
+        # The agent's data-plane credentials (spark_jobs.runtime.dataplane): its tokens, spilled
+        # to a file it keeps fresh, and the certificates it trusts for grpc+tls endpoints.
+        token_file = options.get("token_file")
+        self.tokens = FileTokens(token_file) if token_file else None
+        # Read here, on the driver's machine: the bytes travel to the executors with the reader.
+        roots_file = options.get("tls_roots_file")
+        self.tls_roots = Path(roots_file).read_bytes() if roots_file else None
         # Per input (location/stream): the last info it answered (kept while it is unreachable)
         # and one past the last bucket known to be in the spool.
         self._known: dict[str, dict[str, Any]] = {}
@@ -259,9 +274,15 @@ class SUnionReader(DataSourceStreamReader):
         state["_suspects"] = {}
         return state
 
+    def _credentials(self, token: str | None = None) -> dict[str, Any]:
+        tokens: TokenSource | None = FixedToken(token) if token is not None else self.tokens
+        return {"tokens": tokens, "tls_roots": self.tls_roots}
+
     def _client(self, location: str) -> StreamClient:
         if location not in self._clients:
-            self._clients[location] = TimedClient(location, self.call_timeout_s)
+            self._clients[location] = TimedClient(
+                location, self.call_timeout_s, **self._credentials()
+            )
         return self._clients[location]
 
     def _drop(self, location: str, stream: str) -> None:
@@ -280,7 +301,7 @@ class SUnionReader(DataSourceStreamReader):
 
     def _probe(self, location: str, stream: str) -> None:
         while not self._stopped:
-            client = TimedClient(location, self.call_timeout_s)
+            client = TimedClient(location, self.call_timeout_s, **self._credentials())
             try:
                 client.info(stream)
                 break
@@ -312,7 +333,7 @@ class SUnionReader(DataSourceStreamReader):
             # The stable path waits for the producer, as it always did.
             blocking = f"blocking:{i['location']}"
             if blocking not in self._clients:
-                self._clients[blocking] = StreamClient(i["location"])
+                self._clients[blocking] = StreamClient(i["location"], **self._credentials())
             self._known[key] = self._clients[blocking].info(i["stream"])
             return self._known[key]
         if self.reachable(i["location"]):
@@ -323,7 +344,9 @@ class SUnionReader(DataSourceStreamReader):
             # costs one trigger of "no news" while the probe clears the suspicion.
             planning = f"info:{i['location']}"
             if planning not in self._clients:
-                self._clients[planning] = TimedClient(i["location"], self.info_timeout_s)
+                self._clients[planning] = TimedClient(
+                    i["location"], self.info_timeout_s, **self._credentials()
+                )
             try:
                 self._known[key] = self._clients[planning].info(i["stream"])
             except UNREACHABLE:
@@ -394,7 +417,7 @@ class SUnionReader(DataSourceStreamReader):
         # view would start past rows of the input that did not answer.
         infos = []
         for i in self.inputs:
-            with StreamClient(i["location"]) as client:
+            with StreamClient(i["location"], **self._credentials()) as client:
                 infos.append(client.info(i["stream"]))
         firsts = [info["first"] for info in infos if info["first"] is not None]
         boundaries = [info["boundary"] for info in infos if info["boundary"] is not None]
@@ -502,7 +525,15 @@ class SUnionReader(DataSourceStreamReader):
         if lo >= hi:
             return []
         tentative = end.get("tentative_from")
-        return [BucketRange(i["location"], i["stream"], lo, hi, tentative) for i in self.inputs]
+        return [
+            BucketRange(i["location"], i["stream"], lo, hi, tentative, self._read_token(i))
+            for i in self.inputs
+        ]
+
+    def _read_token(self, i: dict[str, str]) -> str | None:
+        if self.tokens is None:
+            return None
+        return self.tokens.token(i["location"], Grant(frozenset({READ}), stream=i["stream"]))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, BucketRange)
@@ -554,10 +585,11 @@ class SUnionReader(DataSourceStreamReader):
         tentative = first is not None and lo >= first
         # A stable run must be read whatever it costs (no deadline: on a busy machine a short
         # one fails healthy reads); a tentative run must not wait for a cut input.
+        credentials = self._credentials(partition.token)
         client = (
-            TimedClient(partition.location, self.call_timeout_s)
+            TimedClient(partition.location, self.call_timeout_s, **credentials)
             if tentative
-            else StreamClient(partition.location)
+            else StreamClient(partition.location, **credentials)
         )
         try:
             # Whole or nothing: a cut in the middle of the stream must not leave half a run.

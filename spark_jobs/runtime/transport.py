@@ -24,20 +24,46 @@ Wire protocol (all JSON in tickets, descriptors and action bodies):
 - Further actions a module registers by name in ``StreamServer.actions``: the warm hand-off's
   ``warm`` (stage a live snapshot of a running fragment for a prepared movement, pulled like a
   release's) and ``offsets`` (a fragment's offset log), see ``spark_jobs.runtime.warm``.
+
+Authentication (issue 14, item 5). A server built with ``auth`` (every agent's) refuses a call
+without a genuine, current token addressed to it before any handler runs, and every request must
+be covered by the token: ``SCOPES`` maps each request ("get:read", "put:append",
+"action:release", ...) to the ``Requirement`` it needs, and a guard applied to ``do_get``,
+``do_put`` and ``do_action`` of this class *and of every subclass* checks it first. A request
+with no entry is refused (deny by default): a new action declares its scope by adding one entry
+to its class's ``SCOPES``, e.g. ``SCOPES = {**StreamServer.SCOPES, "action:promote":
+lambda body: Requirement.of(CHECKPOINT, task=body["fragment"])}``. Refusals change nothing and
+say why: gRPC UNAUTHENTICATED (no token, forged, expired, for another server) or
+PERMISSION_DENIED (another stream, task, movement, consumer or operation), both starting
+"data-plane token refused". Clients send a token per call (``StreamClient`` asks its token
+source for the call's ``Grant``). With ``tls`` the endpoint is ``grpc+tls://``.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from app.dataplane.tokens import (
+    ACK,
+    APPEND,
+    CHECKPOINT,
+    FENCE,
+    READ,
+    REINSTATE,
+    RELEASE,
+    RETIRE,
+    Grant,
+    Requirement,
+)
 from spark_jobs.generators.connections import split_buckets
 from spark_jobs.runtime.checkpoint_tree import (
     DeltaMismatch,
@@ -45,6 +71,14 @@ from spark_jobs.runtime.checkpoint_tree import (
     apply,
     pack_tree,
     unpack_tree,
+)
+from spark_jobs.runtime.dataplane import (
+    REFUSED,
+    FlightAuth,
+    TlsFiles,
+    TokenSource,
+    call_headers,
+    client_defaults,
 )
 
 CHUNK_BYTES = 1 << 20
@@ -58,6 +92,10 @@ class FencedError(RuntimeError):
 
 class TransferError(RuntimeError):
     """A checkpoint transfer was refused (size or checksum mismatch, unknown movement)."""
+
+
+class AccessRefused(PermissionError):
+    """The serving endpoint refused the call's data-plane token (see the module docstring)."""
 
 
 @dataclass
@@ -214,16 +252,91 @@ def _chunks(data: bytes) -> list[bytes]:
 _CHUNK_SCHEMA = pa.schema([("chunk", pa.binary())])
 
 
+Scope = Callable[[dict[str, Any]], Requirement]
+
+
+def _stream(op: str) -> Scope:
+    return lambda request: Requirement.of(op, stream=str(request["stream"]))
+
+
+def _movement_of(op: str) -> Scope:
+    return lambda request: Requirement.of(
+        op, task=str(request["fragment"]), movement=int(request["movement"])
+    )
+
+
+def _guarded(method: str, handler: Callable[..., Any]) -> Callable[..., Any]:
+    """``handler`` preceded by the request's scope check (when the server has ``auth``)."""
+
+    @functools.wraps(handler)
+    def guarded(self: StreamServer, context: Any, request: Any, *rest: Any) -> Any:
+        if self.auth is not None:
+            self.authorize(context, method, request)
+        return handler(self, context, request, *rest)
+
+    guarded.__fedload_guarded__ = True  # type: ignore[attr-defined]
+    return guarded
+
+
 class StreamServer(flight.FlightServerBase):
     """A host's Flight endpoint: its stream logs and its inbox of shipped checkpoints."""
 
+    # What each request needs of the caller's token (see the module docstring). The producer's
+    # own progress calls (info) pass with its append grant; a reader's with its read grant.
+    SCOPES: ClassVar[dict[str, Scope]] = {
+        "get:read": _stream(READ),
+        "get:checkpoint": _movement_of(RELEASE),
+        "put:append": _stream(APPEND),
+        "put:checkpoint": _movement_of(CHECKPOINT),
+        "put:checkpoint_delta": _movement_of(CHECKPOINT),
+        "action:declare": _stream(APPEND),
+        "action:info": lambda r: Requirement.of(READ, APPEND, stream=str(r["stream"])),
+        "action:ack": lambda r: Requirement.of(
+            ACK, stream=str(r["stream"]), consumer=str(r["consumer"])
+        ),
+        "action:fence": _stream(FENCE),
+        "action:advance": _stream(APPEND),
+        "action:discard_checkpoint": _movement_of(CHECKPOINT),
+        "action:release": _movement_of(RELEASE),
+        # The warm hand-off (spark_jobs.runtime.warm): a live snapshot and the offset log it
+        # follows, for the target of the prepared movement, like a release.
+        "action:warm": _movement_of(RELEASE),
+        "action:offsets": _movement_of(RELEASE),
+        # For one movement (the aborted or committed one the registry names the caller in).
+        "action:reinstate": _movement_of(REINSTATE),
+        "action:retire": _movement_of(RETIRE),
+    }
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Every subclass's handlers get the same guard: an action added there without a scope
+        # is refused, never served unchecked.
+        super().__init_subclass__(**kwargs)
+        for method in ("do_get", "do_put", "do_action"):
+            handler = cls.__dict__.get(method)
+            if handler is not None and not getattr(handler, "__fedload_guarded__", False):
+                setattr(cls, method, _guarded(method, handler))
+
     def __init__(
-        self, host: str = "127.0.0.1", port: int = 0, advertise: str | None = None
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        advertise: str | None = None,
+        *,
+        auth: FlightAuth | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         """Listen on ``host:port`` (port 0: any free one); ``advertise`` is the ``host[:port]``
         that others reach it at, when that differs (a wildcard listen, a NAT): the listen
-        address otherwise."""
-        super().__init__(f"grpc://{host}:{port}")
+        address otherwise. ``auth``: accept only calls with a token that covers them (every
+        agent's endpoint; None only for in-process fixtures and scenario drivers). ``tls``:
+        serve ``grpc+tls://`` with this certificate."""
+        scheme = "grpc+tls" if tls is not None else "grpc"
+        self.auth = auth
+        super().__init__(
+            f"{scheme}://{host}:{port}",
+            tls_certificates=tls.server_certificates() if tls is not None else None,
+            middleware=auth.middleware() if auth is not None else None,
+        )
         self.log = StreamLog()
         self._inbox: dict[tuple[str, int], PackedCheckpoint] = {}
         self._inbox_lock = threading.Lock()
@@ -231,9 +344,32 @@ class StreamServer(flight.FlightServerBase):
         self._outbox: dict[tuple[str, int], PackedCheckpoint] = {}
         self.handler: HostHandler | None = None
         # Further actions by name, each answered with its handler's JSON result: verbs a module
-        # adds beside the host's own (the warm hand-off's ``warm`` and ``offsets``).
+        # adds beside the host's own (the warm hand-off's ``warm`` and ``offsets``). Each needs
+        # its entry in SCOPES too, or an endpoint with ``auth`` refuses it.
         self.actions: dict[str, Callable[[dict[str, Any]], Any]] = {}
-        self.location = _advertised(advertise, host, self.port)
+        self.location = _advertised(advertise, host, self.port, scheme)
+
+    def authorize(self, context: Any, method: str, request: Any) -> None:
+        """Refuse (raising the Flight error that says why) a request the call's token does not
+        cover; nothing has been done yet when this runs."""
+        assert self.auth is not None
+        try:
+            if method == "do_action":
+                kind = f"action:{request.type}"
+                body = json.loads(request.body.to_pybytes()) if request.body.size else {}
+            else:
+                raw = request.ticket if method == "do_get" else request.command
+                body = json.loads(raw)
+                kind = f"{'get' if method == 'do_get' else 'put'}:{body.get('op')}"
+            scope = self.SCOPES.get(kind)
+            if scope is None:
+                raise flight.FlightUnauthorizedError(
+                    f"{REFUSED}: {kind} declares no scope on this endpoint, so nobody may call it"
+                )
+            requirement = scope(body)
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise flight.FlightServerError(f"malformed request: {error!r}") from None
+        self.auth.authorize(context, requirement)
 
     # -- streams -----------------------------------------------------------------------------
     def do_get(self, context: Any, ticket: flight.Ticket) -> flight.FlightDataStream:
@@ -397,13 +533,18 @@ class StreamServer(flight.FlightServerBase):
                 ) from None
 
 
-def _advertised(advertise: str | None, host: str, port: int) -> str:
+for _method in ("do_get", "do_put", "do_action"):
+    setattr(StreamServer, _method, _guarded(_method, getattr(StreamServer, _method)))
+
+
+def _advertised(advertise: str | None, host: str, port: int, scheme: str = "grpc") -> str:
     if not advertise:
-        return f"grpc://{host}:{port}"
-    name, _, given = advertise.removeprefix("grpc://").rpartition(":")
+        return f"{scheme}://{host}:{port}"
+    bare = advertise.removeprefix("grpc+tls://").removeprefix("grpc://")
+    name, _, given = bare.rpartition(":")
     if not name:  # only a host was given: the port is the one actually bound
-        return f"grpc://{given}:{port}"
-    return f"grpc://{name}:{given}"
+        return f"{scheme}://{given}:{port}"
+    return f"{scheme}://{name}:{given}"
 
 
 class StreamClient:
@@ -415,12 +556,22 @@ class StreamClient:
         *,
         timeout: float | None = None,
         channel_options: list[tuple[str, Any]] | None = None,
+        tokens: TokenSource | None = None,
+        tls_roots: bytes | None = None,
     ) -> None:
         """``timeout``: a deadline in seconds on every call (None: wait as long as it takes).
-        Across a partition a call without one waits for TCP to give up."""
+        Across a partition a call without one waits for TCP to give up. ``tokens``: where each
+        call's data-plane token comes from, ``tls_roots``: the authorities trusted for a
+        ``grpc+tls://`` location (both default to this process's, ``use_client_defaults``)."""
+        defaults = client_defaults()
         self.location = location
-        self._client = flight.FlightClient(location, generic_options=channel_options)
-        self._options = flight.FlightCallOptions(timeout=timeout)
+        self._tokens = tokens if tokens is not None else defaults.tokens
+        roots = tls_roots if tls_roots is not None else defaults.tls_roots
+        extra: dict[str, Any] = {}
+        if roots is not None and location.startswith("grpc+tls://"):
+            extra["tls_root_certs"] = roots
+        self._client = flight.FlightClient(location, generic_options=channel_options, **extra)
+        self._timeout = timeout
 
     def close(self) -> None:
         self._client.close()
@@ -431,20 +582,28 @@ class StreamClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _action(self, kind: str, **body: Any) -> Any:
+    def _options(self, grant: Grant) -> flight.FlightCallOptions:
+        return flight.FlightCallOptions(
+            timeout=self._timeout, headers=call_headers(self._tokens, self.location, grant)
+        )
+
+    def _action(self, kind: str, grant: Grant, **body: Any) -> Any:
         action = flight.Action(kind, json.dumps(body).encode())
-        results = list(self._client.do_action(action, options=self._options))
+        results = list(self._client.do_action(action, options=self._options(grant)))
         return json.loads(results[0].body.to_pybytes()) if results else None
 
     def declare(self, stream: str, bucket_seconds: float) -> None:
-        self._action("declare", stream=stream, bucket_seconds=bucket_seconds)
+        self._action(
+            "declare", _on_stream(APPEND, stream), stream=stream, bucket_seconds=bucket_seconds
+        )
 
     def info(self, stream: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._action("info", stream=stream)
+        result: dict[str, Any] = self._action("info", _on_stream(READ, stream), stream=stream)
         return result
 
     def ack(self, stream: str, consumer: str, bucket: int) -> None:
-        self._action("ack", stream=stream, consumer=consumer, bucket=bucket)
+        grant = Grant(frozenset({ACK}), stream=stream, consumer=consumer)
+        self._action("ack", grant, stream=stream, consumer=consumer, bucket=bucket)
 
     def hold(self, stream: str, consumer: str, from_bucket: int | None = None) -> None:
         """Make the log keep what ``consumer`` will read: every bucket from ``from_bucket``
@@ -457,17 +616,21 @@ class StreamClient:
         self.ack(stream, consumer, HOLD_ALL if from_bucket is None else from_bucket)
 
     def fence(self, stream: str, epoch: int) -> None:
-        self._action("fence", stream=stream, epoch=epoch)
+        self._action("fence", _on_stream(FENCE, stream), stream=stream, epoch=epoch)
 
     def advance(self, stream: str, boundary: int, epoch: int | None = None) -> None:
         try:
-            self._action("advance", stream=stream, boundary=boundary, epoch=epoch)
+            self._action(
+                "advance", _on_stream(APPEND, stream), stream=stream, boundary=boundary, epoch=epoch
+            )
         except flight.FlightUnauthorizedError as error:
-            raise FencedError(str(error)) from error
+            raise _refusal(error) from error
 
     def read(self, stream: str, lo: int, hi: int) -> flight.FlightStreamReader:
         ticket = {"op": "read", "stream": stream, "lo": lo, "hi": hi}
-        return self._client.do_get(flight.Ticket(json.dumps(ticket).encode()), self._options)
+        return self._client.do_get(
+            flight.Ticket(json.dumps(ticket).encode()), self._options(_on_stream(READ, stream))
+        )
 
     def read_table(self, stream: str, lo: int = -(2**62), hi: int = 2**62) -> pa.Table:
         return self.read(stream, lo, hi).read_all()
@@ -488,13 +651,15 @@ class StreamClient:
                 command[key] = value
         descriptor = flight.FlightDescriptor.for_command(json.dumps(command).encode())
         try:
-            writer, meta = self._client.do_put(descriptor, table.schema)
+            writer, meta = self._client.do_put(
+                descriptor, table.schema, self._options(_on_stream(APPEND, stream))
+            )
             writer.write_table(table)
             writer.done_writing()
             answer = meta.read()
             writer.close()
         except flight.FlightUnauthorizedError as error:
-            raise FencedError(str(error)) from error
+            raise _refusal(error) from error
         return bool(json.loads(answer.to_pybytes())["fresh"]) if answer is not None else True
 
     def ship_checkpoint(self, fragment: str, movement: int, packed: PackedCheckpoint) -> None:
@@ -517,8 +682,9 @@ class StreamClient:
             "size": len(packed.data),
         }
         descriptor = flight.FlightDescriptor.for_command(json.dumps(command).encode())
+        options = self._options(_on_movement(CHECKPOINT, fragment, movement))
         try:
-            writer, _ = self._client.do_put(descriptor, _CHUNK_SCHEMA, self._options)
+            writer, _ = self._client.do_put(descriptor, _CHUNK_SCHEMA, options)
             for chunk in _chunks(packed.data):
                 writer.write_batch(pa.record_batch([pa.array([chunk], pa.binary())], _CHUNK_SCHEMA))
             writer.close()
@@ -528,26 +694,32 @@ class StreamClient:
     def discard_checkpoint(self, fragment: str, movement: int) -> bool:
         """Ask the host to drop the checkpoint shipped to it under ``movement``; False if it
         held none."""
-        return bool(self._action("discard_checkpoint", fragment=fragment, movement=movement))
+        grant = _on_movement(CHECKPOINT, fragment, movement)
+        return bool(self._action("discard_checkpoint", grant, fragment=fragment, movement=movement))
 
     def release(self, fragment: str, movement: int) -> PackedCheckpoint:
         """Ask the host to stop ``fragment`` after its last commit; pull, verify its checkpoint."""
         return self.staged("release", fragment, movement)
 
-    def call(self, kind: str, **body: Any) -> Any:
-        """An action by name (``StreamServer.actions``); TransferError if the host refuses it."""
+    def call(self, kind: str, grant: Grant, **body: Any) -> Any:
+        """An action by name (``StreamServer.actions``) under ``grant``; TransferError if the
+        host refuses it."""
         try:
-            return self._action(kind, **body)
+            return self._action(kind, grant, **body)
         except flight.FlightError as error:
             raise TransferError(str(error)) from error
 
     def staged(self, kind: str, fragment: str, movement: int) -> PackedCheckpoint:
         """Run an action that stages a checkpoint of ``fragment`` for ``movement`` at the host
-        (``release``, ``warm``); pull it and verify it against what the action announced."""
+        (``release``, ``warm``); pull it and verify it against what the action announced. Both
+        are a release's right: only the prepared movement's target may ask."""
+        grant = _on_movement(RELEASE, fragment, movement)
         try:
-            announced = self._action(kind, fragment=fragment, movement=movement)
+            announced = self._action(kind, grant, fragment=fragment, movement=movement)
             ticket = {"op": "checkpoint", "fragment": fragment, "movement": movement}
-            table = self._client.do_get(flight.Ticket(json.dumps(ticket).encode())).read_all()
+            table = self._client.do_get(
+                flight.Ticket(json.dumps(ticket).encode()), self._options(grant)
+            ).read_all()
         except flight.FlightError as error:
             raise TransferError(str(error)) from error
         packed = PackedCheckpoint.of(b"".join(table.column("chunk").to_pylist()))
@@ -555,11 +727,33 @@ class StreamClient:
             raise TransferError(f"checkpoint of {fragment} damaged in transit from {self.location}")
         return packed
 
-    def reinstate(self, fragment: str, epoch: int) -> None:
-        self._action("reinstate", fragment=fragment, epoch=epoch)
+    def reinstate(self, fragment: str, epoch: int, *, movement: int | None = None) -> None:
+        """``movement``: the aborted movement that entitles the caller (the registry issues a
+        reinstate token for one movement)."""
+        grant = _on_movement(REINSTATE, fragment, movement)
+        named = {} if movement is None else {"movement": movement}
+        self._action("reinstate", grant, fragment=fragment, epoch=epoch, **named)
 
-    def retire(self, fragment: str) -> None:
-        self._action("retire", fragment=fragment)
+    def retire(self, fragment: str, *, movement: int | None = None) -> None:
+        """``movement``: the committed movement that entitles the caller (required by an
+        endpoint with ``auth``)."""
+        named = {} if movement is None else {"movement": movement}
+        self._action("retire", _on_movement(RETIRE, fragment, movement), fragment=fragment, **named)
+
+
+def _on_stream(op: str, stream: str) -> Grant:
+    return Grant(frozenset({op}), stream=stream)
+
+
+def _on_movement(op: str, fragment: str, movement: int | None) -> Grant:
+    return Grant(frozenset({op}), task=fragment, movement=movement)
+
+
+def _refusal(error: flight.FlightUnauthorizedError) -> Exception:
+    """PERMISSION_DENIED is both a fenced write and a refused token: tell them apart."""
+    if REFUSED in str(error):
+        return AccessRefused(str(error))
+    return FencedError(str(error))
 
 
 def publish(

@@ -47,6 +47,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
+from app.dataplane.tokens import RELEASE, Grant
 from spark_jobs.runtime import follow
 from spark_jobs.runtime.checkpoint_tree import Tree, unpack_tree
 from spark_jobs.runtime.coordinator import MovementCoordinator, PreparedMove
@@ -333,7 +334,12 @@ class WarmCopy:
         while True:
             self._check_running()
             with StreamClient(self.source.location, timeout=5.0) as client:
-                answer = client.call("offsets", fragment=self.name)
+                answer = client.call(
+                    "offsets",
+                    Grant(frozenset({RELEASE}), task=self.name, movement=self.move.movement_id),
+                    fragment=self.name,
+                    movement=self.move.movement_id,
+                )
             self._follow({int(batch): int(end) for batch, end in answer["ends"].items()})
             assert self.sink is not None
             self.sink.source_at(int(answer["committed"]))

@@ -30,6 +30,7 @@ from app.federation.document import FederationDoc, load_federation
 from app.participant.client import FedloadClient
 from app.participant.node import MoveEvent
 from app.settings import Settings
+from spark_jobs.runtime.dataplane import registry_tokens
 from spark_jobs.scenarios.live import render
 from spark_jobs.scenarios.processes import AgentSettings, ProcessFederation
 from spark_jobs.scenarios.reference import check_fragment
@@ -241,7 +242,9 @@ def _finish(
         source = tasks[task["inputs"][0]["task"]]
         owner = admin.endpoint(task["owner"])
         assert owner is not None
-        comparisons[task["name"]] = check_fragment(spark, owner, task, source["params"])
+        comparisons[task["name"]] = check_fragment(
+            spark, owner, task, source["params"], registry_tokens(admin)
+        )
     if borrowed is None:
         spark.stop()
     ledgers = [admin._call("GET", f"/v1/contracts/{c['id']}/ledger") for c in admin.contracts()]

@@ -204,6 +204,8 @@ class ProcessFederation:
                     "FEDLOAD_ENVIRONMENT": "development",
                     "FEDLOAD_MOVEMENT_LEASE_SECONDS": str(self.lease_seconds),
                     "FEDLOAD_HEARTBEAT_INTERVAL_SECONDS": str(self.heartbeat_interval),
+                    # The federation's own data-plane signing key, made at the first token.
+                    "FEDLOAD_DATAPLANE_KEY_FILE": str(self.work / "dataplane-signing-key.pem"),
                 },
                 where,
             ),

@@ -21,6 +21,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from spark_jobs.fragments import catalogue
+from spark_jobs.runtime.dataplane import TokenSource
 from spark_jobs.runtime.host import FragmentRuntime, FragmentSpec, StreamRef
 from spark_jobs.runtime.participant_host import BUCKET_SECONDS, generator_of
 from spark_jobs.runtime.transport import StreamClient, StreamServer, publish
@@ -33,8 +34,8 @@ def rows_of(table: pa.Table) -> list[Row]:
     return sorted(tuple(r.values()) for r in table.to_pylist())
 
 
-def live_rows(location: str, stream: str) -> list[Row]:
-    with StreamClient(location) as client:
+def live_rows(location: str, stream: str, tokens: TokenSource | None = None) -> list[Row]:
+    with StreamClient(location, tokens=tokens) as client:
         return rows_of(client.read_table(stream))
 
 
@@ -110,10 +111,12 @@ def check_fragment(
     location: str,
     task: Mapping[str, Any],
     generator_params: Mapping[str, Any],
+    tokens: TokenSource | None = None,
 ) -> Comparison:
-    """Compare task's live output (at its owner's ``location``) with a reference run, up to the
-    last window end the live output has passed (the newest window end may still be filling)."""
-    live = live_rows(location, f"{task['name']}.out")
+    """Compare task's live output (at its owner's ``location``, read with ``tokens``: an agent's
+    endpoint refuses calls without one) with a reference run, up to the last window end the
+    live output has passed (the newest window end may still be filling)."""
+    live = live_rows(location, f"{task['name']}.out", tokens)
     params = task.get("params") or {}
     defaults = catalogue.PARAMETERS[task["fragment"]]
     window = int(params.get("window_seconds", defaults.get("window_seconds", 10)))

@@ -102,7 +102,11 @@ def test_which_admin_keys_are_in_force() -> None:
     # Named admins alone: the development default key is not silently left open beside them.
     assert Settings(admin_keys="alice:k1").admins == {"alice": "k1"}
     assert Settings(admin_key="k0", admin_keys="alice:k1").admins == {"admin": "k0", "alice": "k1"}
-    production = {"environment": "production", "session_secret": "s3cret"}
+    production = {
+        "environment": "production",
+        "session_secret": "s3cret",
+        "dataplane_key_file": "/etc/fedload/dataplane.pem",
+    }
     assert Settings(admin_keys="alice:k1", **production).admins == {"alice": "k1"}  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match="FEDLOAD_ADMIN_KEY is still the development"):
         Settings(**production)  # type: ignore[arg-type]

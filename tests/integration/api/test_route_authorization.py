@@ -385,6 +385,22 @@ ROUTES: dict[Route, Row] = {
         wrong_partner=("C", 404),
     ),
     ("GET", "/v1/permits"): Row("the admin", fixed("/v1/permits"), ("admin", 200), outsider=403),
+    # The data plane: a token for the operations the registry's records name the caller for
+    # (app/dataplane/service.py); here B, the target of the prepared movement of q4, asks to
+    # release it from A. The admin is no party to the data plane.
+    ("POST", "/v1/dataplane/tokens"): Row(
+        "the party the records name for the operation (a prepared movement's target releases)",
+        lambda world, _caller: Call(
+            "/v1/dataplane/tokens",
+            {"operations": ["release"], "task": "q4", "movement": world.movement},
+        ),
+        ("B", 200),
+        wrong_partner=("C", 404),
+        admin=403,
+    ),
+    ("GET", "/v1/dataplane/key"): Row(
+        "any key holder", fixed("/v1/dataplane/key"), ("A", 200), outsider=200
+    ),
 }
 
 

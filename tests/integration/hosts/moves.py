@@ -14,6 +14,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from app.federation.document import load_federation
+from spark_jobs.runtime.dataplane import registry_tokens
 from spark_jobs.scenarios.processes import AgentSettings, Placement, ProcessFederation
 from spark_jobs.scenarios.reference import check_fragment
 from tests.integration.participant.agents import (
@@ -85,7 +86,9 @@ def move_o_x_from_s_to_t(fed: ProcessFederation, spark: SparkSession) -> dict[st
 
     endpoint = admin.endpoint("O")
     assert endpoint is not None
-    comparison = check_fragment(spark, endpoint, admin.task("O.x"), GENERATOR)
+    comparison = check_fragment(
+        spark, endpoint, admin.task("O.x"), GENERATOR, registry_tokens(admin)
+    )
     assert comparison.matches, comparison.as_dict()
     assert comparison.rows > 50
     return moved[0]

@@ -67,12 +67,14 @@ def output_rows(admin: FedloadClient, task: str) -> int:
 
 
 def _info(admin: FedloadClient, task: str) -> dict[str, Any]:
+    from spark_jobs.runtime.dataplane import registry_tokens
     from spark_jobs.runtime.transport import StreamClient
 
     owner = admin.task(task)["owner"]
     location = admin.endpoint(owner)
     assert location is not None
-    with StreamClient(location) as client:
+    # The operator reads outputs with a read token the registry issues to the admin key.
+    with StreamClient(location, tokens=registry_tokens(admin)) as client:
         return client.info(f"{task}.out")
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from spark_jobs.runtime.dataplane import registry_tokens
 from spark_jobs.runtime.participant_host import FAULT_PAUSE_ENV
 from spark_jobs.scenarios.processes import ProcessFederation
 from spark_jobs.scenarios.reference import check_fragment
@@ -49,7 +50,9 @@ def s_copy(fed: ProcessFederation) -> Path:
 
 def assert_output_exact(fed: ProcessFederation, spark) -> None:
     admin = fed.admin()
-    comparison = check_fragment(spark, admin.endpoint("O"), admin.task("O.x"), GENERATOR)
+    comparison = check_fragment(
+        spark, admin.endpoint("O"), admin.task("O.x"), GENERATOR, registry_tokens(admin)
+    )
     assert comparison.matches, comparison.as_dict()
 
 

@@ -8,6 +8,7 @@ from datetime import datetime
 
 import pytest
 
+from spark_jobs.runtime.dataplane import registry_tokens
 from spark_jobs.scenarios.reference import check_fragment
 from tests.integration.participant.agents import (
     GENERATOR,
@@ -18,6 +19,7 @@ from tests.integration.participant.agents import (
     overload_s,
     wait_for,
 )
+from tests.integration.participant.outsiders import probe_outsiders
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -45,6 +47,7 @@ def test_a_stateful_fragment_moves_between_agent_processes_and_outlives_a_servic
             "S to drop its copy of O.x",
             lambda: not (fed.data_dir("S") / "checkpoints" / "O.x").exists(),
         )
+        probe_outsiders(fed)  # issue 14: outsiders' Flight calls change nothing here
 
         # The service goes away for a while: agents keep their fragments running and come back.
         rows_before_outage = output_rows(admin, "O.x")
@@ -89,7 +92,9 @@ def test_a_stateful_fragment_moves_between_agent_processes_and_outlives_a_servic
         assert admin.task("O.x")["price"] is None  # at home: nobody pays for it any more
         grows(admin, "O.x")
 
-        comparison = check_fragment(spark, admin.endpoint("O"), admin.task("O.x"), GENERATOR)
+        comparison = check_fragment(
+            spark, admin.endpoint("O"), admin.task("O.x"), GENERATOR, registry_tokens(admin)
+        )
         assert comparison.matches, comparison.as_dict()
         assert comparison.rows > 100
 

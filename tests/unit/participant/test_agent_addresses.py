@@ -18,6 +18,7 @@ from spark_jobs.session import driver_addresses
         ("0.0.0.0:7001", "10.0.0.1:7001", "10.0.0.1"),
         ("0.0.0.0:7001", "grpc://agent-a.example:7001", "agent-a.example"),
         ("0.0.0.0:7001", "agent-a.example", "agent-a.example"),
+        ("0.0.0.0:7001", "grpc+tls://agent-a.example:7001", "agent-a.example"),
     ],
 )
 def test_the_advertised_host_is_what_partners_and_executors_reach(
@@ -41,6 +42,8 @@ def test_the_spark_driver_binds_and_advertises_what_it_is_given() -> None:
         (["--listen", "10.0.0.1"], "expected HOST:PORT"),
         (["--listen", "0.0.0.0:7001", "--advertise", "0.0.0.0:7001"], "no address a partner"),
         (["--spark-master", "127.0.0.1:7077"], "is no Spark master URL"),
+        (["--tls-cert", "a.pem"], "give both --tls-cert and --tls-key"),
+        (["--tls-cert", "missing.pem", "--tls-key", "missing.pem"], "missing.pem is no file"),
     ],
 )
 def test_bad_addresses_are_refused_before_anything_starts(

@@ -1,0 +1,1 @@
+"""The data plane's authorization: tokens the registry signs for agents' Flight calls."""

@@ -1,0 +1,287 @@
+"""Who may do what on the data plane, decided from the registry's records, and signed.
+
+A participant asks for a token for some operations on one stream or one task and movement; the
+registry answers with a token addressed to the participant whose Flight endpoint serves them,
+or refuses. The rules (checked before anything is signed; nothing is written either way):
+
+Streams. A stream is a task's output, ``<task>.out``, kept in a log at the task's owner (so the
+output stays put while the task moves): that owner serves it.
+
+- ``append``, ``fence``: the producing task's host, or the target of a prepared movement of it
+  (it takes over the writes at the commit); the owner, which keeps the log.
+- ``read``: those, and every party of a task that consumes the stream (its owner, host,
+  replica hosts, the target of a prepared movement of it).
+- ``ack`` as consumer ``Y``: ``Y`` consumes the stream and the caller runs ``Y`` or is about to
+  (its host, a replica host, the target of a prepared movement of it). Nobody trims another
+  consumer's position.
+
+Tasks, for one movement of them (the prepared movement names source and target):
+
+- ``release`` (stop the fragment and hand over its checkpoint): the movement's target, while it
+  is prepared; served by the source.
+- ``checkpoint`` (push a checkpoint, or discard one pushed): the movement's source or target,
+  while it is prepared; served by the target.
+- ``reinstate`` (run it again at the source): the target, once the movement is aborted (or
+  while it is prepared, when the target aborts it next); served by the source.
+- ``retire`` (forget the source's copy): the target, once the movement is committed.
+
+An admin gets ``read`` tokens for any stream (the operator checks outputs), nothing else.
+
+A caller who is no party to a stream's or task's records gets 404, the answer for an unknown
+name (a stranger learns nothing), a party without the right for that operation 403.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.auth.principal import Principal
+from app.dataplane import tokens
+from app.dataplane.schemas import DataplaneKeyRead, TokenRead, TokenRequest
+from app.errors import Forbidden, InvalidInput, NotFound
+from app.models import Movement, MovementStatus, Participant, Replica, Task
+
+STREAM_SUFFIX = ".out"  # app.participant.ports.TaskRecord.output_stream names streams so
+
+
+class SigningKey:
+    """The service's data-plane key, read (or generated, outside production) at first use, so
+    an app that never issues a token never touches the file."""
+
+    def __init__(self, path: Path, *, create: bool) -> None:
+        """``create``: generate the key when the file is missing (never in production, where
+        a mistyped path must not silently give each host a key of its own)."""
+        self._path, self._create = path, create
+        self._key: Ed25519PrivateKey | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> Ed25519PrivateKey:
+        with self._lock:
+            if self._key is None:
+                if not self._path.exists() and not self._create:
+                    raise FileNotFoundError(
+                        f"FEDLOAD_DATAPLANE_KEY_FILE {self._path} does not exist: create it "
+                        "(openssl genpkey -algorithm ed25519 -out FILE) and give every worker "
+                        "the same file"
+                    )
+                self._key = _load_or_create(self._path)
+            return self._key
+
+
+def _load_or_create(path: Path) -> Ed25519PrivateKey:
+    if not path.exists():
+        # Several workers may start at once: each writes a complete key to its own file and
+        # links it into place; link() fails for all but the first, which every one then reads.
+        path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor, scratch = tempfile.mkstemp(dir=path.parent, prefix=".dataplane-key-")
+        try:
+            with os.fdopen(descriptor, "wb") as out:  # mkstemp makes it 0600
+                out.write(tokens.private_pem(tokens.new_signing_key()))
+            with contextlib.suppress(FileExistsError):
+                os.link(scratch, path)
+        finally:
+            os.unlink(scratch)
+    return tokens.load_signing_key(path)
+
+
+def public_keys(key: SigningKey) -> DataplaneKeyRead:
+    return DataplaneKeyRead(
+        issuer=tokens.ISSUER,
+        algorithm="EdDSA",
+        public_keys=[tokens.public_pem(key.get().public_key())],
+    )
+
+
+def issue(
+    session: Session,
+    principal: Principal,
+    ask: TokenRequest,
+    key: SigningKey,
+    *,
+    now: datetime,
+    ttl_seconds: float,
+) -> TokenRead:
+    grant = _grant(ask)
+    me = principal.participant_id
+    if me is None:
+        serving = _operator_serving(session, grant)
+    elif grant.stream is not None:
+        serving = _stream_serving(session, me, grant)
+    else:
+        serving = _task_serving(session, me, grant)
+    claims = tokens.claims_for(principal.name, serving, grant, now=now.timestamp(), ttl=ttl_seconds)
+    return TokenRead(
+        token=tokens.sign(claims, key.get()),
+        serving=serving,
+        expires_at=datetime.fromtimestamp(claims.expires_at, UTC),
+    )
+
+
+def _grant(ask: TokenRequest) -> tokens.Grant:
+    operations = frozenset(ask.operations)
+    if (ask.stream is None) == (ask.task is None):
+        raise InvalidInput("name exactly one of stream or task", field="stream")
+    if ask.stream is not None and not operations <= tokens.STREAM_OPERATIONS:
+        raise InvalidInput(
+            f"a stream's operations are {sorted(tokens.STREAM_OPERATIONS)}", field="operations"
+        )
+    if ask.task is not None:
+        if not operations <= tokens.TASK_OPERATIONS:
+            raise InvalidInput(
+                f"a task's operations are {sorted(tokens.TASK_OPERATIONS)}", field="operations"
+            )
+        if ask.movement is None:
+            raise InvalidInput("a task's operations are for one movement of it", field="movement")
+    if (tokens.ACK in operations) != (ask.consumer is not None):
+        raise InvalidInput("consumer goes with ack, and only with ack", field="consumer")
+    return tokens.Grant(
+        operations=operations,
+        stream=ask.stream,
+        task=ask.task,
+        movement=ask.movement,
+        consumer=ask.consumer,
+    )
+
+
+def _operator_serving(session: Session, grant: tokens.Grant) -> str:
+    """An admin may read any stream (the operator checks outputs) and do nothing else there:
+    the data plane's writes, trims, fences and moves are the participants'."""
+    if grant.stream is None or grant.operations != {tokens.READ}:
+        raise Forbidden(
+            "an admin key gets read tokens for streams only: the data plane's other "
+            "operations are between the participants the records name",
+            field="operations",
+        )
+    producer = session.scalar(
+        select(Task).where(Task.name == grant.stream.removesuffix(STREAM_SUFFIX))
+    )
+    if producer is None or not grant.stream.endswith(STREAM_SUFFIX):
+        raise NotFound(f"no stream {grant.stream!r}", field="stream")
+    return _name(session, producer.owner_id)
+
+
+def _name(session: Session, participant_id: int) -> str:
+    name = session.scalar(select(Participant.name).where(Participant.id == participant_id))
+    assert name is not None
+    return name
+
+
+def _prepared_targets(session: Session, task_id: int) -> set[int]:
+    return set(
+        session.scalars(
+            select(Movement.to_id).where(
+                Movement.task_id == task_id, Movement.status == MovementStatus.prepared
+            )
+        )
+    )
+
+
+def _runners(session: Session, task: Task) -> set[int]:
+    """Who runs the task or is about to: its host, replica hosts, a prepared move's target."""
+    replicas = session.scalars(select(Replica.participant_id).where(Replica.task_id == task.id))
+    return {task.host_id, *replicas, *_prepared_targets(session, task.id)}
+
+
+def _stream_serving(session: Session, me: int, grant: tokens.Grant) -> str:
+    assert grant.stream is not None
+    unknown = NotFound(f"no stream {grant.stream!r} of a task you take part in", field="stream")
+    if not grant.stream.endswith(STREAM_SUFFIX):
+        raise unknown
+    producer = session.scalar(
+        select(Task).where(Task.name == grant.stream.removesuffix(STREAM_SUFFIX))
+    )
+    if producer is None:
+        raise unknown
+    writers = {producer.owner_id, producer.host_id, *_prepared_targets(session, producer.id)}
+    consumers = [
+        task
+        for task in session.scalars(select(Task).where(Task.id != producer.id))
+        if producer.name in _input_names(task)
+    ]
+    readers = set(writers)
+    for task in consumers:
+        readers |= {task.owner_id, *_runners(session, task)}
+    if me not in readers:
+        raise unknown
+    refused = []
+    if grant.operations & {tokens.APPEND, tokens.FENCE} and me not in writers:
+        refused.append("append to or fence it (only its producer's host and owner do)")
+    if tokens.ACK in grant.operations:
+        consumer = next((t for t in consumers if t.name == grant.consumer), None)
+        if consumer is None or me not in _runners(session, consumer):
+            refused.append(
+                f"acknowledge it as {grant.consumer!r} (only a consumer's host acknowledges, "
+                "as that consumer)"
+            )
+    if refused:
+        raise Forbidden(f"you may not {' or '.join(refused)}: {grant.stream}", field="operations")
+    return _name(session, producer.owner_id)
+
+
+def _input_names(task: Task) -> set[str]:
+    # A task's inputs are the tasks whose output streams it reads (TaskRecord.from_read).
+    return {str(i.get("task")) if isinstance(i, dict) else str(i) for i in (task.inputs or [])}
+
+
+def _task_serving(session: Session, me: int, grant: tokens.Grant) -> str:
+    assert grant.task is not None and grant.movement is not None
+    found = session.execute(
+        select(Movement, Task)
+        .join(Task, Task.id == Movement.task_id)
+        .where(Movement.id == grant.movement, Task.name == grant.task)
+    ).first()
+    unknown = NotFound(
+        f"no movement {grant.movement} of task {grant.task!r} that you are a party to",
+        field="movement",
+    )
+    if found is None:
+        raise unknown
+    movement, _ = found
+    if me not in (movement.from_id, movement.to_id):
+        raise unknown
+    status = movement.status
+    rules = {
+        # operation: (who may, in which states, who serves)
+        tokens.RELEASE: ({movement.to_id}, {MovementStatus.prepared}, movement.from_id),
+        tokens.CHECKPOINT: (
+            {movement.from_id, movement.to_id},
+            {MovementStatus.prepared},
+            movement.to_id,
+        ),
+        tokens.REINSTATE: (
+            {movement.to_id},
+            {MovementStatus.prepared, MovementStatus.aborted},
+            movement.from_id,
+        ),
+        tokens.RETIRE: ({movement.to_id}, {MovementStatus.committed}, movement.from_id),
+    }
+    serving = {rules[op][2] for op in grant.operations}
+    if len(serving) > 1:
+        raise InvalidInput(
+            "these operations are served by different participants: ask for each apart",
+            field="operations",
+        )
+    for op in sorted(grant.operations):
+        who, states, _ = rules[op]
+        if me not in who:
+            raise Forbidden(
+                f"movement {movement.id}: {op} is not yours to ask for (as its "
+                f"{'source' if me == movement.from_id else 'target'})",
+                field="operations",
+            )
+        if status not in states:
+            raise Forbidden(
+                f"movement {movement.id} is {status.value}: {op} only while it is "
+                + " or ".join(sorted(s.value for s in states)),
+                field="operations",
+            )
+    return _name(session, serving.pop())

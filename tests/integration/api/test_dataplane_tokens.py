@@ -1,0 +1,117 @@
+"""Who the registry issues data-plane tokens to (app/dataplane/service.py), from its records,
+through the REST endpoint: a prepared movement's target releases, its source and target ship
+checkpoints, a consumer's host reads and acknowledges as that consumer, a producer's host (or
+the target taking it over) appends; everyone else is refused (404 when no party, 403 when the
+operation is not theirs) and nothing is written. An issued token verifies with the published
+key and names the serving participant."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from app.dataplane.tokens import Grant, load_public_key, verify
+from tests.integration.api.conftest import Api
+from tests.support.snapshot import registry_snapshot
+
+
+def ask(api: Api, who: str, **body: Any) -> tuple[int, Any]:
+    response = api.post(who, "/v1/dataplane/tokens", body)
+    return response.status_code, response.json()
+
+
+@pytest.fixture
+def moving(api: Api) -> tuple[Api, int]:
+    """A owns A.src (a generator) and A.x (reading it), sold to B: movement A -> B prepared.
+    C is A's partner with nothing to do with A.x; D works with nobody."""
+    for name in ("A", "B", "C", "D"):
+        api.register(name)
+    for partner in ("B", "C"):
+        made = api.propose("A", partner)
+        accepted = api.post(partner, f"/v1/contracts/{made['id']}/accept", {"version": 1})
+        assert accepted.status_code == 200, accepted.text
+    for body in (
+        {"name": "A.src", "load": 1.0, "fragment": "generator"},
+        {
+            "name": "A.x",
+            "load": 5.0,
+            "fragment": "connections_per_source",
+            "inputs": [{"task": "A.src"}],
+        },
+    ):
+        assert api.post("A", "/v1/tasks", body).status_code == 201
+    contract = next(
+        c["id"]
+        for c in api.get("A", "/v1/contracts").json()
+        if "B" in (c["proposer"], c["partner"])
+    )
+    offer = api.post("A", "/v1/offers", {"contract_id": contract, "tasks": ["A.x"], "price": 0.9})
+    assert offer.status_code == 201, offer.text
+    accepted = api.post("B", f"/v1/offers/{offer.json()['id']}/accept", {"version": 1}).json()
+    return api, int(accepted["movement_ids"][0])
+
+
+def test_who_gets_which_token_while_a_movement_is_prepared_and_after_it(
+    moving: tuple[Api, int], db_url: str
+) -> None:
+    api, movement = moving
+    release = {"operations": ["release"], "task": "A.x", "movement": movement}
+    ship = {"operations": ["checkpoint"], "task": "A.x", "movement": movement}
+    read_input = {"operations": ["read"], "stream": "A.src.out"}
+    ack_input = {"operations": ["ack"], "stream": "A.src.out", "consumer": "A.x"}
+    append_output = {"operations": ["append", "fence"], "stream": "A.x.out"}
+    retire = {"operations": ["retire"], "task": "A.x", "movement": movement}
+
+    before = registry_snapshot(db_url)
+    refusals = [
+        ("A", release, 403),  # the source does not release to itself
+        ("C", release, 404),  # no party to the movement: as for an unknown one
+        ("D", ship, 404),
+        ("B", {**ack_input, "consumer": "A.y"}, 403),  # only as the consumer it runs
+        ("B", {"operations": ["append"], "stream": "A.src.out"}, 403),  # reads it, no more
+        ("C", read_input, 404),
+        ("D", append_output, 404),
+        ("B", retire, 403),  # not committed yet
+        ("admin", append_output, 403),  # the operator reads, nothing else
+        ("B", {"operations": ["read"], "stream": "nothing.out"}, 404),
+        ("B", {"operations": ["release"], "task": "A.x"}, 422),  # which movement?
+        ("B", {"operations": ["read"], "stream": "A.src.out", "consumer": "A.x"}, 422),
+    ]
+    for who, body, status in refusals:
+        got, answer = ask(api, who, **body)
+        assert got == status, (who, body, answer)
+        assert answer["detail"]
+    assert registry_snapshot(db_url) == before, "a refused token request wrote"
+
+    for who, body, serving in [
+        ("B", release, "A"),
+        ("A", ship, "B"),
+        ("B", ship, "B"),
+        ("B", read_input, "A"),  # about to run A.x
+        ("B", ack_input, "A"),
+        ("B", append_output, "A"),  # takes over A.x's writes at the commit
+        ("A", append_output, "A"),  # the owner keeps the log
+        ("admin", {"operations": ["read"], "stream": "A.x.out"}, "A"),
+    ]:
+        got, answer = ask(api, who, **body)
+        assert (got, answer.get("serving")) == (200, serving), (who, body, answer)
+
+    epoch = api.get("B", f"/v1/movements/{movement}").json()["epoch"]
+    assert api.post("B", f"/v1/movements/{movement}/commit", {"epoch": epoch}).status_code == 200
+    assert ask(api, "B", **release)[0] == 403  # committed: nothing left to release
+    assert ask(api, "A", **ack_input)[0] == 403  # A owns A.x but no longer runs it
+    got, answer = ask(api, "B", **retire)
+    assert (got, answer["serving"]) == (200, "A")
+
+
+def test_an_issued_token_verifies_with_the_published_key(moving: tuple[Api, int]) -> None:
+    api, movement = moving
+    keys = [load_public_key(k) for k in api.get("D", "/v1/dataplane/key").json()["public_keys"]]
+    got, answer = ask(api, "B", operations=["release"], task="A.x", movement=movement)
+    assert got == 200
+    claims = verify(answer["token"], keys, audience="A", now=time.time())
+    assert (claims.subject, claims.audience) == ("B", "A")
+    assert claims.grant == Grant(frozenset({"release"}), task="A.x", movement=movement)
+    assert claims.expires_at - claims.issued_at == pytest.approx(300, abs=1)
