@@ -120,9 +120,14 @@ def build_world(api: Api, db_url: str) -> World:
 
 
 def world_settings(db_url: str) -> Settings:
-    # A slow machine must not make anyone "suspect" or "failed" by itself during a test.
+    # A slow machine must not make anyone "suspect" or "failed" by itself during a test: the
+    # worlds are built once and restored for minutes of tests, and the service's failure
+    # sweeper declares a member failed once its window (3 intervals) passes without a heartbeat.
     return Settings(
-        database_url=db_url, admin_key=ADMIN_KEY, environment="test", heartbeat_interval_seconds=60
+        database_url=db_url,
+        admin_key=ADMIN_KEY,
+        environment="test",
+        heartbeat_interval_seconds=3600,
     )
 
 

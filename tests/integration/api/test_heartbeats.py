@@ -54,9 +54,10 @@ def test_heartbeat_records_sample_and_silence_is_detected(fast_api: Api, db_url:
     )
     assert beat.status_code == 200, beat.text
     assert beat.json()["endpoint"] == "grpc://127.0.0.1:9999"
-    assert liveness_of(fast_api, "A") == "online"
+    assert liveness_of(fast_api, "A") in ("online", "suspect")  # suspect: a slow machine
     time.sleep(0.3)
-    assert liveness_of(fast_api, "A") == "suspect"
+    # Silent past one interval: suspect, unless the sweeper has already declared it failed.
+    assert liveness_of(fast_api, "A") in ("suspect", "failed")
     # Nobody lists participants now: the sweeper alone declares the failure.
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -71,7 +72,7 @@ def test_heartbeat_records_sample_and_silence_is_detected(fast_api: Api, db_url:
         sample = session.scalars(select(ParticipantSample)).one()
         assert (sample.load, sample.threshold, sample.node_state) == (42.5, 80, "STABLE")
         actions = [a.action for a in session.scalars(select(AuditEntry).order_by(AuditEntry.id))]
-    assert actions[-2:] == ["participant.suspect", "participant.failed"]
+    assert actions[-1] == "participant.failed"
 
 
 def test_bad_heartbeat_is_refused(fast_api: Api) -> None:
