@@ -604,8 +604,10 @@ class _Federation:
             if origin is not None and hop.source != origin:
                 continue
             o = hop.source
-            if task.copy.task in self.held(o):
-                continue  # never two copies of one task on one participant
+            if self.has_replicas and task.copy.task in self.held(o):
+                # Never two copies of one task on one participant (without replicas every task
+                # has one copy, here, so the origin cannot hold another).
+                continue
             host_load, origin_load = self.loads[i] - removed, self.loads[o] + added
             back = protocol.move_back(
                 protocol.Placement(task.name, size, self.names[o], hop.price, hop.at, hop.min_move),

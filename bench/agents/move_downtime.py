@@ -61,7 +61,7 @@ from spark_jobs.runtime.participant_host import (
     generator_of,
 )
 from spark_jobs.runtime.transport import StreamClient, StreamServer, publish
-from spark_jobs.runtime.warm import WARM_BUDGET_ENV
+from spark_jobs.runtime.warm import SUGGESTED_WARM_BUDGET_S, WARM_BUDGET_ENV
 from spark_jobs.scenarios.processes import AgentSettings, ProcessFederation
 from spark_jobs.session import build_session
 
@@ -467,7 +467,7 @@ def run(args: argparse.Namespace, work: Path, console: Console) -> dict[str, Any
     )
     # --plain: the agents move by stop-and-copy only (no warm hand-off), for comparison.
     agent_env = {WARM_BUDGET_ENV: "0"} if args.plain else {}
-    if args.warm_budget is not None and not args.plain:
+    if not args.plain:
         agent_env[WARM_BUDGET_ENV] = str(args.warm_budget)
     output: WrittenBatches | None = None
     baseline: Baseline | None = None
@@ -776,8 +776,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--warm-budget",
         type=float,
-        help="seconds the agents give a warm copy to catch up (FEDLOAD_WARM_BUDGET_S; "
-        "default the agents' own, 8 s); the registry's movement lease here is 60 s",
+        default=SUGGESTED_WARM_BUDGET_S,
+        help="seconds the agents give a warm copy to catch up (FEDLOAD_WARM_BUDGET_S, "
+        "default %(default)s; the agents' own default is 0, stop-and-copy); the registry's "
+        "movement lease here is 60 s",
     )
     args = parser.parse_args(argv)
     console = Console()

@@ -49,7 +49,7 @@ from app.dataplane.tokens import (
     sign,
     verify,
 )
-from app.participant.client import FedloadClient
+from app.participant.client import ApiError, FedloadClient
 
 log = logging.getLogger("fedload.dataplane")
 
@@ -58,6 +58,8 @@ AUTHORIZATION = "authorization"
 # Every refusal's message starts so: a client tells a refused token from a fenced write (both
 # arrive as gRPC PERMISSION_DENIED) by it.
 REFUSED = "data-plane token refused"
+# The registry's answers that mean "not yours": anything else (a 503, no answer) is asked again.
+REFUSALS = (401, 403, 404, 422)
 # A cached token is renewed when less than this share of its life is left.
 RENEW_FRACTION = 0.5
 
@@ -67,7 +69,11 @@ class TokenSource(Protocol):
 
 
 class TokenUnavailable(PermissionError):
-    """The registry would not issue the token a call needs (the caller is not entitled)."""
+    """No token for a call: the registry could not be asked (and no held one is current)."""
+
+
+class TokenRefused(TokenUnavailable):
+    """The registry answered that the caller is not entitled to the token (any more)."""
 
 
 def grant_key(grant: Grant) -> str:
@@ -134,7 +140,16 @@ class RegistryTokens:
             held = self._held.get(key)
         if held is not None and not self._due(held):
             return held[1]
-        return self._get(grant)
+        try:
+            return self._get(grant)
+        except TokenRefused:
+            raise
+        except TokenUnavailable:
+            # The registry is unreachable (restarting, say): a held token still in force keeps
+            # the data plane going meanwhile, as the agents' fragments keep running.
+            if held is not None and self._clock() < held[3]:
+                return held[1]
+            raise
 
     def _due(self, held: tuple[Grant, str, float, float]) -> bool:
         _, _, issued, expires = held
@@ -143,9 +158,11 @@ class RegistryTokens:
     def _get(self, grant: Grant) -> str:
         try:
             token, expires = self._fetch(grant)
+        except TokenRefused:
+            raise
         except Exception as error:
             raise TokenUnavailable(
-                f"{REFUSED} by the registry for {grant.to_json()}: {error}"
+                f"no data-plane token for {grant.to_json()}: the registry was not reached: {error}"
             ) from error
         with self._lock:
             self._held[grant_key(grant)] = (grant, token, self._clock(), expires)
@@ -170,12 +187,16 @@ class RegistryTokens:
         for grant, *_ in due:
             try:
                 self._get(grant)
-            except TokenUnavailable as error:
+            except TokenRefused as error:
+                # Not entitled any more (the task moved on): forget it, and drop it from the
+                # spilled file. An unreachable registry forgets nothing: it is asked again.
                 log.info("%s", error)
                 with self._lock:
                     self._held.pop(grant_key(grant), None)
                     snapshot = {k: v[1] for k, v in self._held.items()}
                 self._write(snapshot)
+            except TokenUnavailable as error:
+                log.warning("%s (kept until it expires)", error)
 
     def start(self) -> None:
         def loop() -> None:
@@ -197,7 +218,14 @@ def registry_tokens(client: FedloadClient, *, spill: Path | None = None) -> Regi
     operator's admin key gets read tokens)."""
 
     def fetch(grant: Grant) -> tuple[str, float]:
-        issued = client.dataplane_token(grant.to_json())
+        try:
+            issued = client.dataplane_token(grant.to_json())
+        except ApiError as error:
+            if error.status in REFUSALS:
+                raise TokenRefused(
+                    f"{REFUSED} by the registry for {grant.to_json()}: {error}"
+                ) from error
+            raise
         expires = datetime.fromisoformat(str(issued["expires_at"]).replace("Z", "+00:00"))
         return str(issued["token"]), expires.timestamp()
 

@@ -16,11 +16,11 @@ Moves (``receive``) follow the one movement path between processes: the target a
 endpoint to release the fragment for the registry's prepared movement; the source checks with the
 registry that exactly that movement is prepared from it before it stops after its last committed
 batch and packs the checkpoint; the target pulls and verifies it, installs it, commits in the
-registry (which fences the old host), and starts from the checkpoint's offsets. By default a
-move is a warm hand-off (``spark_jobs.runtime.warm``): the target first runs a copy of the query
-from a live snapshot, following the source's batches and writing nothing, so that after the
-release and the commit it only switches; stop-and-copy is its fallback (and the whole move with
-``FEDLOAD_WARM_BUDGET_S=0``).
+registry (which fences the old host), and starts from the checkpoint's offsets. With
+``FEDLOAD_WARM_BUDGET_S`` > 0 a move is a warm hand-off (``spark_jobs.runtime.warm``): the target
+first runs a copy of the query from a live snapshot, following the source's batches and writing
+nothing, so that after the release and the commit it only switches; stop-and-copy is its
+fallback. Off by default until measured (bench/agents/README.md).
 
 Where time is known from the registry only, crashes resolve through it: a target that died before
 committing leaves a prepared movement that the registry aborts when its lease expires, and the
@@ -187,7 +187,8 @@ class SparkParticipantHost:
         self._endpoints: dict[str, str] = {}
         self._warming: threading.Thread | None = None
         self._pause = PausePoints(self._data_dir, os.environ.get(FAULT_PAUSE_ENV))
-        # Moves through a warm copy (spark_jobs.runtime.warm); a budget of 0 moves by stop-and-copy.
+        # Moves through a warm copy (spark_jobs.runtime.warm); a budget of 0 (the default)
+        # moves by stop-and-copy.
         self._warm_budget = warm_budget()
         self._warm_source = WarmSource(self.runtime, self._check_release, self._fragment_lock)
         self.server.actions.update(self._warm_source.actions())

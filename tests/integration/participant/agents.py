@@ -15,8 +15,8 @@ from spark_jobs.scenarios.processes import AgentSettings, ProcessFederation
 FEDERATION = Path(__file__).with_name("move-federation.yaml")
 GENERATOR = {"seed": 11, "rate": 60}
 # Short enough that a crash test waits seconds, long beside a move on a loaded machine
-# (3 s when quiet, 6-10 s seen under a load of 10), and beside a warm hand-off that gives up
-# after its budget (8 s, spark_jobs.runtime.warm) and moves by stop-and-copy then.
+# (3 s when quiet, 6-10 s seen under a load of 10), and beside a warm hand-off (the crash
+# tests' "warmed" case) that gives up after its budget and moves by stop-and-copy then.
 LEASE_SECONDS = 20.0
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from spark_jobs.runtime.dataplane import registry_tokens
 from spark_jobs.runtime.participant_host import FAULT_PAUSE_ENV
+from spark_jobs.runtime.warm import WARM_BUDGET_ENV
 from spark_jobs.scenarios.processes import ProcessFederation
 from spark_jobs.scenarios.reference import check_fragment
 from tests.integration.participant.agents import (
@@ -40,7 +41,12 @@ def restart_t(fed: ProcessFederation, pause: str | None) -> Path:
     data = fed.data_dir("T")
     for marker in data.glob("paused-*"):
         marker.unlink()
-    fed.start_agent("T", env={FAULT_PAUSE_ENV: pause} if pause else {})
+    env = {FAULT_PAUSE_ENV: pause} if pause else {}
+    if pause == "warmed":
+        # However slow the machine, the copy gets warm rather than give up (stop-and-copy has
+        # no "warmed"); past the movement's lease the registry aborts it, as a kill would.
+        env[WARM_BUDGET_ENV] = "120"
+    fed.start_agent("T", env=env)
     return data
 
 
