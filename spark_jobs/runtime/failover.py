@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -143,7 +144,8 @@ class _Shipping:
     shipper: DeltaShipper
     holder: str
     location: str
-    last: float = 0.0
+    record: TaskRecord | None = None
+    spec: FragmentSpec | None = None
     held: bool = False
 
 
@@ -158,6 +160,9 @@ class AgentFailover:
     _backups_held: set[str] = field(default_factory=set)
     # Fragments this agent took over from empty state: their output's batch id space.
     namespaces: dict[str, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _stopped: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
 
     def __post_init__(self) -> None:
         for line in self._events():
@@ -173,6 +178,9 @@ class AgentFailover:
                 self._keep_backup(record)
 
     def _ship_standbys(self, records: Mapping[str, TaskRecord], replicas: list[dict]) -> None:
+        """Name what to ship; a thread of its own ships it, so that a slow ship (a loaded
+        machine, a holder cut off) never delays the tick's heartbeat: a host whose heartbeats
+        lapse is failed over while alive."""
         wanted = {}
         for r in replicas:
             record = records.get(str(r["task"]))
@@ -185,29 +193,49 @@ class AgentFailover:
             ):
                 continue
             wanted[record.name] = (record, str(r["host"]))
-        for gone in set(self._shipping) - set(wanted):
-            del self._shipping[gone]
-        now = time.monotonic()
-        for name, (record, holder) in wanted.items():
-            state = self._shipping.get(name)
-            if state is None or state.holder != holder:
-                location = self.host.endpoint_of(holder)
-                if location is None:
-                    continue
-                state = _Shipping(
-                    DeltaShipper(name, STANDBY_SHIPMENT, timeout=SHIP_TIMEOUT_S), holder, location
-                )
-                self._shipping[name] = state
-            if now - state.last < self.ship_every_s:
-                continue
-            state.last = now
-            try:
-                self._ship(record, state)
-            except Exception as error:  # the next period may get through
-                self._note(f"standby of {name} to {holder}: {type(error).__name__}: {error}")
+        with self._lock:
+            for gone in set(self._shipping) - set(wanted):
+                del self._shipping[gone]
+            for name, (record, holder) in wanted.items():
+                state = self._shipping.get(name)
+                if state is None or state.holder != holder:
+                    location = self.host.endpoint_of(holder)
+                    if location is None:
+                        continue
+                    shipper = DeltaShipper(name, STANDBY_SHIPMENT, timeout=SHIP_TIMEOUT_S)
+                    state = _Shipping(shipper, holder, location)
+                    self._shipping[name] = state
+                state.record = record
+                # Built here, in the tick: the shipping thread makes no registry calls.
+                state.spec = self.host.spec_of(record)
+        if wanted and self._thread is None:
+            self._thread = threading.Thread(
+                target=self._ship_loop, name="standby-shipping", daemon=True
+            )
+            self._thread.start()
+
+    def _ship_loop(self) -> None:
+        while not self._stopped.wait(self.ship_every_s):
+            with self._lock:
+                due = list(self._shipping.values())
+            for state in due:
+                if state.record is None or not self.host.runtime.is_running(state.record.name):
+                    continue  # stopped or failed: the last shipped copy is the one to restore
+                try:
+                    self._ship(state.record, state)
+                except Exception as error:  # the next period may get through
+                    self._note(
+                        f"standby of {state.record.name} to {state.holder}: "
+                        f"{type(error).__name__}: {error}"
+                    )
+
+    def close(self) -> None:
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join(timeout=SHIP_TIMEOUT_S)
 
     def _ship(self, record: TaskRecord, state: _Shipping) -> None:
-        spec = self.host.spec_of(record)
+        spec = state.spec
         if spec is None:
             return
         consumer = standby_consumer(record.name)

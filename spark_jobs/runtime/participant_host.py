@@ -256,6 +256,7 @@ class SparkParticipantHost:
             return self._fragment_locks.setdefault(fragment, threading.RLock())
 
     def close(self) -> None:
+        self.availability.close()
         with self._lock:
             for publisher in self._publishers.values():
                 publisher.stopped.set()

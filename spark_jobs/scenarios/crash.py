@@ -28,6 +28,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -60,8 +61,10 @@ class CrashOptions:
     # every task recovered before the comparison (windows are 4 s).
     before_kill_s: float = 6.0
     after_recovery_s: float = 10.0
-    # The service's heartbeat interval: S is failed after 3 missed ones.
-    heartbeat_interval: float = 3.0
+    # The service's heartbeat interval: S is failed after 3 missed ones. Generous, because an
+    # agent's tick (its heartbeat) waits for Spark, and a loaded machine (two cores shared by a
+    # CI run) stretched S's ticks past 3 x 3 s: T then failed S over while it was alive.
+    heartbeat_interval: float = 5.0
     startup_timeout_s: float = 600.0
     recovery_timeout_s: float = 180.0
 
@@ -163,6 +166,11 @@ def _run(
             options.startup_timeout_s,
         )
         time.sleep(options.before_kill_s)
+    early = {t: h for t in REPLICAS if (h := admin.task(t)["host"]) != HOST}
+    if early:
+        # The registry saw S failed while it was alive (its heartbeats lapsed): no crash to
+        # measure. Say so rather than report a failover nobody caused.
+        raise RuntimeError(f"failed over before the kill (a false suspicion of {HOST}): {early}")
     processes = fed.processes()
     before = {task: _info(admin, owners[task], f"{task}.out") for task in REPLICAS}
     console.print(f"SIGKILL {HOST}'s agent (pid {processes[HOST]})")
@@ -229,6 +237,10 @@ def _finish(
                 "expected_rows": comparison.expected_rows,
                 "rows_before_kill": before[task]["rows"],
                 "rows_at_end": after["rows"],
+                # Where the loss lies, in buckets (seconds): window ends at or after the output
+                # boundary at the kill, and (gap) at or before where the new host resumed.
+                "boundary_at_kill": before[task]["boundary"],
+                "lost_window_ends": [_seconds(end) for end in comparison.missing_window_ends],
                 "performed_as": event.get("recovery"),
                 "replay_from": event.get("replay_from"),
                 "movement_timings": event.get("timings"),
@@ -267,6 +279,11 @@ def _finish(
         console.print(f"{'[green]pass[/]' if passed else '[red]FAIL[/]'} {check}")
     console.print(f"report: {options.report_dir / 'report.json'}")
     return report
+
+
+def _seconds(moment: datetime) -> int:
+    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    return int(aware.timestamp())
 
 
 def _failovers(data_dir: Path) -> dict[str, dict[str, Any]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import tempfile
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -82,9 +82,15 @@ class Comparison:
     unexpected: int
     missing_examples: list[list[str]]
     unexpected_examples: list[list[str]]
+    # The first column (the window end) of every missing row, once each: where a loss lies.
+    missing_window_ends: list[Any] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "cutoff": str(self.cutoff)}
+        return {
+            **self.__dict__,
+            "cutoff": str(self.cutoff),
+            "missing_window_ends": [str(end) for end in self.missing_window_ends],
+        }
 
 
 def compare(live: list[Row], reference: list[Row], cutoff: Any) -> Comparison:
@@ -102,6 +108,7 @@ def compare(live: list[Row], reference: list[Row], cutoff: Any) -> Comparison:
         unexpected=sum(unexpected.values()),
         missing_examples=[list(map(str, r)) for r in sorted(missing)[:5]],
         unexpected_examples=[list(map(str, r)) for r in sorted(unexpected)[:5]],
+        missing_window_ends=sorted({r[0] for r in missing}),
     )
 
 
