@@ -50,7 +50,7 @@ from app.participant.failover import (
 from app.participant.ports import MovementRecord, TaskRecord
 from spark_jobs.fragments import catalogue
 from spark_jobs.runtime.host import FragmentSpec
-from spark_jobs.runtime.movement import AlreadyShipped, NoCheckpoint, relocate
+from spark_jobs.runtime.movement import AlreadyShipped, MoveAborted, NoCheckpoint, relocate
 from spark_jobs.runtime.registry_coordinator import PreparedMovementCoordinator
 from spark_jobs.runtime.shipping import DeltaShipper
 from spark_jobs.runtime.soutput import SOutput
@@ -312,17 +312,23 @@ class AgentFailover:
             sink = FailoverOutput(
                 spec.output.location, spec.output.stream, movement.epoch, namespace=movement.epoch
             )
-        with self.host.receiving(failover.task):
-            moved = relocate(
-                spec,
-                source,
-                runtime,
-                replay_from=start,
-                coordinator=PreparedMovementCoordinator(self.host.client, movement),
-                reason="failover",
-                sink=sink,
-            )
+        # Before the commit: a query that does not start at once (ResumeFailed) is started
+        # again by the next tick, and must write in this failover's batch id space too.
         self.namespaces[failover.task] = movement.epoch
+        try:
+            with self.host.receiving(failover.task):
+                moved = relocate(
+                    spec,
+                    source,
+                    runtime,
+                    replay_from=start,
+                    coordinator=PreparedMovementCoordinator(self.host.client, movement),
+                    reason="failover",
+                    sink=sink,
+                )
+        except MoveAborted:
+            del self.namespaces[failover.task]
+            raise
         line = {
             "task": failover.task,
             "from": failover.failed_host,

@@ -42,7 +42,7 @@ from app.participant.client import FedloadClient
 from spark_jobs.runtime.failover import FAILOVERS, backup_consumer, standby_consumer
 from spark_jobs.runtime.transport import HOLD_ALL, StreamClient
 from spark_jobs.scenarios.processes import AgentSettings, Placement, ProcessFederation
-from spark_jobs.scenarios.reference import check_fragment
+from spark_jobs.scenarios.reference import check_rows, live_rows
 from spark_jobs.session import build_session
 
 FEDERATION = Path(__file__).with_name("crash-federation.yaml")
@@ -211,19 +211,24 @@ def _finish(
     detected: float | None,
     recovered: dict[str, float],
 ) -> dict[str, Any]:
+    tasks = {t["name"]: t for t in admin.tasks()}
+    events = _failovers(fed.data_dir(HOLDER))
+    live, after = {}, {}
+    for task in RECOVERY_OF:
+        owner = admin.endpoint(tasks[task]["owner"])
+        assert owner is not None
+        after[task] = _info(admin, tasks[task]["owner"], f"{task}.out")
+        live[task] = live_rows(owner, f"{task}.out")
+    # The output is read: T's Spark stops, so that the reference runs have the machine.
+    fed.close([HOLDER])
     console.print("comparing each fragment's output with a run without failures ...")
     session = spark or build_session(app_name="fedload-crash-reference", master="local[1]")
-    tasks = {t["name"]: t for t in admin.tasks()}
     recovery: dict[str, dict[str, Any]] = {}
-    events = _failovers(fed.data_dir(HOLDER))
     try:
         for task, kind in RECOVERY_OF.items():
             record = tasks[task]
             source = tasks[record["inputs"][0]["task"]]
-            owner = admin.endpoint(record["owner"])
-            assert owner is not None
-            comparison = check_fragment(session, owner, record, source["params"])
-            after = _info(admin, record["owner"], f"{task}.out")
+            comparison = check_rows(session, live[task], record, source["params"])
             event = events.get(task, {})
             recovery[kind] = {
                 "task": task,
@@ -236,7 +241,7 @@ def _finish(
                 "rows": comparison.rows,
                 "expected_rows": comparison.expected_rows,
                 "rows_before_kill": before[task]["rows"],
-                "rows_at_end": after["rows"],
+                "rows_at_end": after[task]["rows"],
                 # Where the loss lies, in buckets (seconds): window ends at or after the output
                 # boundary at the kill, and (gap) at or before where the new host resumed.
                 "boundary_at_kill": before[task]["boundary"],

@@ -120,7 +120,17 @@ def check_fragment(
 ) -> Comparison:
     """Compare task's live output (at its owner's ``location``) with a reference run, up to the
     last window end the live output has passed (the newest window end may still be filling)."""
-    live = live_rows(location, f"{task['name']}.out")
+    return check_rows(spark, live_rows(location, f"{task['name']}.out"), task, generator_params)
+
+
+def check_rows(
+    spark: SparkSession,
+    live: list[Row],
+    task: Mapping[str, Any],
+    generator_params: Mapping[str, Any],
+) -> Comparison:
+    """``check_fragment`` on output rows read before (the agents may be stopped meanwhile, so
+    the reference runs do not compete with them for the machine)."""
     params = task.get("params") or {}
     defaults = catalogue.PARAMETERS[task["fragment"]]
     window = int(params.get("window_seconds", defaults.get("window_seconds", 10)))

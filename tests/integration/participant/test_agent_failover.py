@@ -20,7 +20,8 @@ from rich.console import Console
 
 from spark_jobs.scenarios.crash import CrashOptions, run_crash
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+# Five agents, two of them with Spark, and three reference runs: minutes on a loaded machine.
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
 def test_a_sigkilled_host_fails_over_by_each_contracts_recovery_type(tmp_path, spark) -> None:
