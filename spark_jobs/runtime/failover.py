@@ -87,6 +87,21 @@ def holds_standby(server: StreamServer, fragment: str) -> bool:
         return (fragment, STANDBY_SHIPMENT) in server._inbox
 
 
+def leave_out(table: pa.Table, written: Counter[tuple[Any, ...]]) -> tuple[pa.Table, int]:
+    """``table`` without the rows ``written`` still counts (each taken once from the count),
+    and how many were left out."""
+    if not table.num_rows:
+        return table, 0
+    keep = []
+    for row in table.to_pylist():
+        key = tuple(row.values())
+        seen = written[key] > 0
+        if seen:
+            written[key] -= 1
+        keep.append(not seen)
+    return table.filter(pa.array(keep)), keep.count(False)
+
+
 class FailoverOutput(SOutput):
     """SOutput of a fragment restarted by a failover (see the module docstring)."""
 
@@ -114,17 +129,9 @@ class FailoverOutput(SOutput):
 
     def write(self, batch: DataFrame, batch_id: int) -> bool:
         table = batch.toArrow()
-        if self.written_before and table.num_rows:
-            keep = []
-            for row in table.to_pylist():
-                key = tuple(row.values())
-                if self.written_before[key] > 0:
-                    self.written_before[key] -= 1
-                    self.left_out += 1
-                    keep.append(False)
-                else:
-                    keep.append(True)
-            table = table.filter(pa.array(keep))
+        if self.written_before:
+            table, dropped = leave_out(table, self.written_before)
+            self.left_out += dropped
         with StreamClient(self.location) as client:
             fresh = client.append(
                 self.stream,
