@@ -268,17 +268,20 @@ class AgentFailover:
             return
         span = _span(record)
         consumer = backup_consumer(record.name)
-        for ref in spec.inputs:
-            try:
+        try:
+            with StreamClient(spec.output.location, timeout=SHIP_TIMEOUT_S) as client:
+                emitted = client.info(spec.output.stream)["boundary"]
+            for ref in spec.inputs:
                 with StreamClient(ref.location, timeout=SHIP_TIMEOUT_S) as client:
                     if record.name not in self._backups_held:
                         client.hold(ref.stream, consumer)
                     ack = client.info(ref.stream)["acks"].get(record.name)
-                    if ack is not None:
-                        client.ack(ref.stream, consumer, backup_point(int(ack), span))
-            except Exception as error:
-                self._note(f"upstream backup of {record.name}: {type(error).__name__}: {error}")
-                return
+                    point = None if ack is None else backup_point(int(ack), emitted, span)
+                    if point is not None:
+                        client.ack(ref.stream, consumer, point)
+        except Exception as error:
+            self._note(f"upstream backup of {record.name}: {type(error).__name__}: {error}")
+            return
         self._backups_held.add(record.name)
 
     # -- the takeover ----------------------------------------------------------------------

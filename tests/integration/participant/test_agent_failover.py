@@ -15,6 +15,8 @@ against the failure-free reference (the same fragment over the same seeded input
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from rich.console import Console
 
@@ -36,6 +38,7 @@ def test_a_sigkilled_host_fails_over_by_each_contracts_recovery_type(tmp_path, s
         spark=spark,
     )
     recovery = report["recovery"]
+    print(json.dumps({"detection_seconds": report["detection_seconds"], **recovery}, default=str))
     assert set(recovery) == {"gap", "rollback", "precise"}
     assert {"G", "R", "P", "S", "T"} <= set(report["processes"])
     assert len(set(report["processes"].values())) == len(report["processes"])

@@ -100,11 +100,18 @@ def test_replay_points() -> None:
     assert window_span({}, {}, 1.0) == 1
 
 
-@given(ack=st.integers(min_value=0, max_value=10**6), span=st.integers(min_value=1, max_value=60))
-def test_the_backup_point_keeps_a_whole_window_before_the_hosts_ack(ack: int, span: int) -> None:
-    kept_from = backup_point(ack, span)
-    assert kept_from % span == 0
-    assert kept_from <= max(0, ack - span)
-    assert kept_from > ack - 2 * span - 1 or kept_from == 0
-    # Where a gap restart resumes is never before what the producers already completed.
-    assert align_up(ack, span) >= ack
+@given(
+    ack=st.integers(min_value=0, max_value=10**6),
+    lag=st.integers(min_value=0, max_value=100),
+    span=st.integers(min_value=1, max_value=60),
+)
+def test_the_backup_point_keeps_every_window_not_yet_emitted(ack: int, lag: int, span: int) -> None:
+    boundary = max(0, ack - lag)  # the output's boundary lags the input the host acknowledged
+    kept_from = backup_point(ack, boundary, span)
+    assert kept_from is not None and kept_from % span == 0
+    # Every window ending after the boundary (not emitted yet) starts at or after the point.
+    first_open_end = align_up(boundary + 1, span)
+    assert kept_from <= max(0, first_open_end - span)
+    # And no more than one window more than that is kept.
+    assert kept_from >= boundary - 2 * span
+    assert backup_point(ack, None, span) is None
