@@ -170,7 +170,17 @@ def _run(
     if early:
         # The registry saw S failed while it was alive (its heartbeats lapsed): no crash to
         # measure. Say so rather than report a failover nobody caused.
-        raise RuntimeError(f"failed over before the kill (a false suspicion of {HOST}): {early}")
+        console.print(f"[red]failed over before the kill (a false suspicion of {HOST}): {early}")
+        report: dict[str, Any] = {
+            "scenario": "crash",
+            "processes": fed.processes(),
+            "failed_over_before_kill": early,
+            "checks": {"no_failover_before_kill": False},
+            "ok": False,
+        }
+        options.report_dir.mkdir(parents=True, exist_ok=True)
+        (options.report_dir / "report.json").write_text(json.dumps(report, indent=2))
+        return report
     processes = fed.processes()
     before = {task: _info(admin, owners[task], f"{task}.out") for task in REPLICAS}
     console.print(f"SIGKILL {HOST}'s agent (pid {processes[HOST]})")

@@ -37,6 +37,8 @@ def test_a_sigkilled_host_fails_over_by_each_contracts_recovery_type(tmp_path, s
         Console(stderr=True),
         spark=spark,
     )
+    # A host whose heartbeats lapsed under load is failed over while alive: no crash to measure.
+    assert "failed_over_before_kill" not in report, report
     recovery = report["recovery"]
     print(json.dumps({"detection_seconds": report["detection_seconds"], **recovery}, default=str))
     assert set(recovery) == {"gap", "rollback", "precise"}
