@@ -232,8 +232,9 @@ def demo(
         None,
         "--scenario",
         help="Run a high-availability scenario instead: partition, tentative or crash "
-        "(real processes, Arrow Flight links through a fault-injecting proxy, SIGKILL); "
-        "writes DIR/report.json and exits non-zero when a check fails.",
+        "(real processes, Arrow Flight links through a fault-injecting proxy, SIGKILL; crash "
+        "runs fedload serve and agent processes and fails over by gap, rollback and precise "
+        "recovery); writes DIR/report.json and exits non-zero when a check fails.",
     ),
     quick: bool = typer.Option(
         False, "--quick", help="With --scenario: short timings (X = 2 s, 3.5 s failure)."
@@ -281,6 +282,9 @@ def demo(
 
 
 def _run_scenario(name: str, report: Path, quick: bool, engine: str = "python") -> None:
+    if name == "crash":
+        _run_crash(report)
+        return
     from spark_jobs.ha.scenarios import ENGINES, SCENARIOS, Timings, run
 
     if name not in SCENARIOS:
@@ -297,6 +301,18 @@ def _run_scenario(name: str, report: Path, quick: bool, engine: str = "python") 
     for check, passed in result["checks"].items():
         console.print(f"{'[green]pass[/]' if passed else '[red]FAIL[/]'} {check}")
     console.print(f"report: {directory / 'report.json'}")
+    if not result["ok"]:
+        raise typer.Exit(1)
+
+
+def _run_crash(report: Path) -> None:
+    """The crash scenario through the product: ``fedload serve`` and ``fedload agent``
+    processes, a SIGKILL of the agent hosting the fragments, a failover per recovery type."""
+    from spark_jobs.scenarios.crash import CrashOptions, run_crash
+
+    directory = report / "crash" if report == Path("var/reports/demo") else report
+    console.print(f"scenario crash: fedload serve and agent processes (reports in {directory})")
+    result = run_crash(CrashOptions(report_dir=directory), console)
     if not result["ok"]:
         raise typer.Exit(1)
 

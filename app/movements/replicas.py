@@ -269,15 +269,15 @@ def visible(
     after: tuple[int, int] | None = None,
     limit: int | None = None,
 ) -> list[Replica]:
-    """Every replica for an admin; for a participant, those it hosts or whose task it owns;
-    by task then id, a page after the key ``after`` when given."""
+    """Every replica for an admin; for a participant, those it hosts and those of the tasks
+    it owns or hosts (the primary's host ships checkpoints to its passive standbys); by task
+    then id, a page after the key ``after`` when given."""
     query = keyset.after(select(Replica), [Replica.task_id, Replica.id], after)
     query = query.order_by(Replica.task_id, Replica.id).limit(limit)
     if principal.participant_id is not None:
-        owned = select(Task.id).where(Task.owner_id == principal.participant_id)
-        query = query.where(
-            (Replica.participant_id == principal.participant_id) | Replica.task_id.in_(owned)
-        )
+        me = principal.participant_id
+        mine = select(Task.id).where((Task.owner_id == me) | (Task.host_id == me))
+        query = query.where((Replica.participant_id == me) | Replica.task_id.in_(mine))
     return list(session.scalars(query))
 
 

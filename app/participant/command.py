@@ -175,6 +175,8 @@ def run_agent(options: AgentOptions, make_host: HostFactory) -> int:
                 offer_interval=options.offer_interval,
                 on_move=lambda move: _record(events, move),
                 accept_fragments=options.accept_fragments,
+                # A data plane that keeps replicas real offers it (the Spark host does).
+                availability=getattr(host, "availability", None),
             )
             _loop(node, client, options, stop, beats)
         except HostFailure as error:

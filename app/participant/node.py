@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from app.market.protocol import MAX_RELAY_DEPTH, plan_room, take_after_room
 from app.participant.client import ApiError
 from app.participant.decisions import ContractView, Decisions
+from app.participant.failover import Availability, kept, plan_failovers
 from app.participant.ports import Host, MovementRecord, Mover, Registry, TaskRecord
 
 log = logging.getLogger("fedload.agent")
@@ -78,11 +79,14 @@ class Agent:
         on_move: Callable[[MoveEvent], None] | None = None,
         accept_fragments: Collection[str] | None = None,
         clock: Callable[[], datetime] | None = None,
+        availability: Availability | None = None,
     ) -> None:
         """``accept_fragments``: the catalogue fragments this participant agrees to run (None:
         any); offered tasks running another fragment are left out of what it accepts.
         ``clock``: the time the registry's timestamps (``host_since``) are compared with, UTC
-        (default the wall clock; a simulation passes its simulated clock)."""
+        (default the wall clock; a simulation passes its simulated clock).
+        ``availability``: the data plane of crash recovery (standbys kept, failovers made);
+        None: this participant neither keeps replicas real nor fails tasks over."""
         self.name = name
         self.client = client
         self.decisions = decisions
@@ -93,6 +97,7 @@ class Agent:
         self.on_move = on_move
         self.accept_fragments = None if accept_fragments is None else frozenset(accept_fragments)
         self.clock = clock or _wall_clock
+        self.availability = availability
         self.state = AgentState()
 
     def contracts(self) -> list[ContractView]:
@@ -121,7 +126,8 @@ class Agent:
         loads = self.host.loads([TaskRecord.from_read(t) for t in tasks])
         state = self.state
         state.replicas, state.held_by = set(), {}
-        for r in self.client.replicas():
+        replica_rows = self.client.replicas()
+        for r in replica_rows:
             if r["host"] == self.name:
                 state.replicas.add(r["task"])
                 loads[r["task"]] = float(r["load"])  # as the registry records it: what was sold
@@ -140,10 +146,38 @@ class Agent:
         if self.host.endpoint is not None:
             beat["endpoint"] = self.host.endpoint
         self.client.heartbeat(**beat)
+        if self.availability is not None:
+            self._keep_available(visible, replica_rows, liveness, beat)
         self._answer_offers(now, tasks, loads, contracts, liveness)
         if now - state.last_offer_at >= self.offer_interval:
             state.last_offer_at = now
             self._maybe_offer(now, tasks, loads, contracts, liveness)
+
+    def _keep_available(
+        self,
+        visible: list[dict],
+        replica_rows: list[dict],
+        liveness: Mapping[str, str],
+        beat: dict[str, object],
+    ) -> None:
+        """Keep the replicas this participant holds ready, and take over the tasks whose
+        host the registry sees failed (app.participant.failover decides which and how)."""
+        assert self.availability is not None
+        contracts = self.client.contracts(status="active") if replica_rows else []
+        # The tasks whose replicas I hold are not in my task list (I neither own nor host them).
+        listed = {t["name"] for t in visible}
+        visible = [*visible]
+        for r in replica_rows:
+            if r["host"] == self.name and r["task"] not in listed:
+                try:
+                    visible.append(self.client.task(r["task"]))
+                except ApiError as exc:
+                    self.state.errors.append(f"replica {r['task']}: {exc.detail}")
+        self.availability.keep(visible, kept(self.name, replica_rows, contracts), replica_rows)
+        for failover in plan_failovers(self.name, visible, replica_rows, contracts, liveness):
+            self.availability.fail_over(failover)
+            # A takeover takes seconds: the registry must not think this participant failed too.
+            self.client.heartbeat(**beat)
 
     def _answer_offers(
         self,

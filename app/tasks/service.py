@@ -12,6 +12,7 @@ from app.auth.principal import Principal
 from app.db.base import utcnow
 from app.errors import Conflict, Forbidden, InvalidInput, NotFound
 from app.models import Offer, OfferStatus, Task
+from app.movements import replicas
 from app.movements import repository as movements_repo
 from app.participants import repository as participants
 from app.tasks import repository
@@ -117,8 +118,9 @@ def get_visible(session: Session, principal: Principal, name: str) -> Task:
 def get_readable(session: Session, principal: Principal, name: str) -> Task:
     """A task as ``GET /v1/tasks/{name}`` shows it: to its owner and host (and admins), and to a
     participant about to run it: the target of its prepared movement, which must know the
-    fragment to instantiate it, or the recipient of an open offer naming it, which decides
-    whether it runs that kind of fragment. Anyone else gets 404, as for an unknown name."""
+    fragment to instantiate it, the holder of one of its replicas, which takes it over when its
+    host fails, or the recipient of an open offer naming it, which decides whether it runs that
+    kind of fragment. Anyone else gets 404, as for an unknown name."""
     task = repository.get_by_name(session, name)
     if task is not None and (_sees(principal, task) or _about_to_run(session, principal, task)):
         return task
@@ -130,6 +132,9 @@ def _about_to_run(session: Session, principal: Principal, task: Task) -> bool:
         return False
     prepared = movements_repo.prepared_for_task(session, task.id)
     if prepared is not None and prepared.to_id == principal.participant_id:
+        return True
+    # The holder of a replica runs it the moment its host fails: it follows the task's record.
+    if replicas.hosted_by(session, task.id, principal.participant_id) is not None:
         return True
     return any(task.id in offer.task_ids for offer in _open_offers_to(session, principal))
 

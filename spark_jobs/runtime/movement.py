@@ -37,6 +37,7 @@ from typing import Protocol
 
 from spark_jobs.runtime.coordinator import MovementCoordinator, PreparedMove
 from spark_jobs.runtime.host import FragmentRuntime, FragmentSpec
+from spark_jobs.runtime.soutput import SOutput
 from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient
 
 
@@ -166,12 +167,14 @@ def relocate(
     coordinator: MovementCoordinator,
     reason: str = "load",
     on_step: Callable[[str], None] | None = None,
+    sink: SOutput | None = None,
 ) -> Relocation:
     """Move ``fragment`` to ``target``; returns once the target's query is started.
 
     ``on_step(step)`` is called after each step ("prepared", "released", "shipped", "restored",
     "committed", "resumed"): progress for a caller, and the fault-injection points of the crash
-    tests (an agent paused at a step is killed there)."""
+    tests (an agent paused at a step is killed there). ``sink`` replaces the target's plain
+    SOutput (a failover's, which writes its batches apart from the failed host's)."""
     began = time.perf_counter()
     move = coordinator.prepare(fragment.name, checkpoint_source.host, target.name, reason)
     relocation = Relocation(move.movement_id, move.epoch)
@@ -246,7 +249,7 @@ def relocate(
         relocation.warnings.append(f"output log not fenced at commit: {error}")
     # With a checkpoint, Spark resumes from its offset log and ignores replay_from.
     try:
-        target.start(fragment, epoch=epoch, replay_from=replay_from)
+        target.start(fragment, epoch=epoch, replay_from=replay_from, sink=sink)
     except Exception as error:
         # Committed: the target is the host and holds the restored checkpoint; it (or its
         # agent after a crash) starts again from it. The source keeps its copy until then.

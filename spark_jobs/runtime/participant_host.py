@@ -36,7 +36,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -64,6 +65,7 @@ from spark_jobs.runtime.dataplane import (
     registry_tokens,
     use_client_defaults,
 )
+from spark_jobs.runtime.failover import AgentFailover
 from spark_jobs.runtime.host import FragmentRuntime, FragmentSpec, StreamRef
 from spark_jobs.runtime.movement import Relocation, RemoteHost, relocate
 from spark_jobs.runtime.registry_coordinator import PreparedMovementCoordinator, abort_once
@@ -196,10 +198,39 @@ class SparkParticipantHost:
         # Why Spark cannot run here (no executor from the cluster, say): the next tick ends
         # the agent with it, rather than retrying a start that cannot succeed.
         self.fatal: str | None = None
+        # Crash recovery: standbys shipped, upstream backups kept, failovers made (the node
+        # finds it here, see command.run_agent).
+        self.availability = AgentFailover(self)
 
     @property
     def endpoint(self) -> str:
         return self.server.location
+
+    # -- what the failover module (spark_jobs.runtime.failover) uses ------------------------
+    @property
+    def client(self) -> FedloadClient:
+        return self._client
+
+    @property
+    def data_dir(self) -> Path:
+        return self._data_dir
+
+    def spec_of(self, task: TaskRecord) -> FragmentSpec | None:
+        return self._spec(task)
+
+    def endpoint_of(self, participant: str) -> str | None:
+        return self._endpoint(participant)
+
+    @contextmanager
+    def receiving(self, fragment: str) -> Iterator[None]:
+        """While a fragment is taken over here, no tick drops its copy or starts it."""
+        with self._lock:
+            self._receiving.add(fragment)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._receiving.discard(fragment)
 
     def warm(self) -> None:
         """Start Spark in the background (once): a move into a cold agent would otherwise wait
@@ -252,6 +283,7 @@ class SparkParticipantHost:
             return self._fragment_locks.setdefault(fragment, threading.RLock())
 
     def close(self) -> None:
+        self.availability.close()
         with self._lock:
             for publisher in self._publishers.values():
                 publisher.stopped.set()
@@ -499,16 +531,18 @@ class SparkParticipantHost:
         failure = self.runtime.failure(task.name)
         if failure is not None:
             self._note(f"{task.name} stopped with {failure}; restarting from its checkpoint")
+        # A failover's restart writes its batch ids in the range of its own epoch.
+        sink = self.availability.sink_for(task.name, spec, task.lease_epoch)
         followed = self._follow_path(task.name)
         if follow.lead(followed):
             # A warm copy's checkpoint (the agent restarted, or the copy failed, after the move's
             # commit): run the source's last ranges before planning its own, and this host is
             # the host of record, so it leads.
             spec = replace(spec, options={**spec.options, "follow_file": str(followed)})
-            self.runtime.start(spec, epoch=task.lease_epoch)
+            self.runtime.start(spec, epoch=task.lease_epoch, sink=sink)
             self._after_warm_switch(spec, None, time.perf_counter())
             return
-        self.runtime.start(spec, epoch=task.lease_epoch)
+        self.runtime.start(spec, epoch=task.lease_epoch, sink=sink)
 
     def _running_fragments(self) -> list[str]:
         return [f for f in self.runtime.started() if self.runtime.is_running(f)]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import tempfile
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -83,9 +83,15 @@ class Comparison:
     unexpected: int
     missing_examples: list[list[str]]
     unexpected_examples: list[list[str]]
+    # The first column (the window end) of every missing row, once each: where a loss lies.
+    missing_window_ends: list[Any] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "cutoff": str(self.cutoff)}
+        return {
+            **self.__dict__,
+            "cutoff": str(self.cutoff),
+            "missing_window_ends": [str(end) for end in self.missing_window_ends],
+        }
 
 
 def compare(live: list[Row], reference: list[Row], cutoff: Any) -> Comparison:
@@ -103,6 +109,7 @@ def compare(live: list[Row], reference: list[Row], cutoff: Any) -> Comparison:
         unexpected=sum(unexpected.values()),
         missing_examples=[list(map(str, r)) for r in sorted(missing)[:5]],
         unexpected_examples=[list(map(str, r)) for r in sorted(unexpected)[:5]],
+        missing_window_ends=sorted({r[0] for r in missing}),
     )
 
 
@@ -117,6 +124,17 @@ def check_fragment(
     endpoint refuses calls without one) with a reference run, up to the last window end the
     live output has passed (the newest window end may still be filling)."""
     live = live_rows(location, f"{task['name']}.out", tokens)
+    return check_rows(spark, live, task, generator_params)
+
+
+def check_rows(
+    spark: SparkSession,
+    live: list[Row],
+    task: Mapping[str, Any],
+    generator_params: Mapping[str, Any],
+) -> Comparison:
+    """``check_fragment`` on output rows read before (the agents may be stopped meanwhile, so
+    the reference runs do not compete with them for the machine)."""
     params = task.get("params") or {}
     defaults = catalogue.PARAMETERS[task["fragment"]]
     window = int(params.get("window_seconds", defaults.get("window_seconds", 10)))

@@ -1,0 +1,404 @@
+"""Crash recovery in ``fedload agent``: replicas kept real, and failovers by recovery type.
+
+``app.participant.failover`` decides (which replica, which recovery type, who starts); this
+module acts, in the agent that runs it, beside its ``SparkParticipantHost``:
+
+- **primary side**: every ``ship_every_s`` the host ships the checkpoint of each fragment it runs
+  to the agent holding the fragment's passive standby, over Flight, as a delta after the first
+  whole copy (``shipping.DeltaShipper``), then acknowledges the inputs as ``<task>.standby`` at
+  the shipped offset: the producers keep what a restore of that copy replays.
+- **holder side**: for a replica whose contract asks ``rollback``, the holder keeps the
+  producers' logs as ``<task>.backup``, one window behind what the host acknowledged (upstream
+  backup: the logs are kept until this consumer lets them go).
+- **failover** (``fail_over``): asked for in the registry (``POST /v1/movements``, reason
+  failover: accepted only from the replica's holder while the registry sees the host failed),
+  then carried out on the one movement path, ``relocate``: ``AlreadyShipped`` (the standby's
+  copy) for precise, ``NoCheckpoint`` with a replay point for gap and rollback. The commit fences
+  the failed host's output. Each takeover is logged in ``failovers.jsonl``.
+
+A host restarted by a failover from empty state numbers its micro-batches from 0 again, and the
+output log drops a batch id it has seen; so a failover's output writes its batch ids in a space
+of its own (its epoch's), and a precise one also leaves out the rows the failed host had already
+written (it re-computes exactly those from the standby's offsets; the fragment is deterministic).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+
+from app.participant.client import ApiError
+from app.participant.failover import (
+    Failover,
+    Keep,
+    Recovery,
+    backup_point,
+    effective,
+    replay_from,
+    window_span,
+)
+from app.participant.ports import MovementRecord, TaskRecord
+from spark_jobs.fragments import catalogue
+from spark_jobs.runtime.host import FragmentSpec
+from spark_jobs.runtime.movement import AlreadyShipped, MoveAborted, NoCheckpoint, relocate
+from spark_jobs.runtime.registry_coordinator import PreparedMovementCoordinator
+from spark_jobs.runtime.shipping import DeltaShipper
+from spark_jobs.runtime.soutput import SOutput
+from spark_jobs.runtime.standby import (
+    SHIP_TIMEOUT_S,
+    STANDBY_SHIPMENT,
+    committed_offset,
+    snapshot_running,
+)
+from spark_jobs.runtime.transport import StreamClient, StreamServer
+
+if TYPE_CHECKING:
+    from spark_jobs.runtime.participant_host import SparkParticipantHost
+
+log = logging.getLogger("fedload.agent.failover")
+
+FAILOVERS = "failovers.jsonl"
+SHIP_EVERY_S = 1.0
+# A failover's batch ids: epoch << 32 | Spark's batch id (a query runs far fewer than 2**32).
+NAMESPACE_BITS = 32
+
+
+def standby_consumer(task: str) -> str:
+    return f"{task}.standby"
+
+
+def backup_consumer(task: str) -> str:
+    return f"{task}.backup"
+
+
+def holds_standby(server: StreamServer, fragment: str) -> bool:
+    """Whether a standby copy of ``fragment`` sits in this endpoint's inbox."""
+    with server._inbox_lock:  # the inbox has no public query; reading it is all this does
+        return (fragment, STANDBY_SHIPMENT) in server._inbox
+
+
+def leave_out(table: pa.Table, written: Counter[tuple[Any, ...]]) -> tuple[pa.Table, int]:
+    """``table`` without the rows ``written`` still counts (each taken once from the count),
+    and how many were left out."""
+    if not table.num_rows:
+        return table, 0
+    keep = []
+    for row in table.to_pylist():
+        key = tuple(row.values())
+        seen = written[key] > 0
+        if seen:
+            written[key] -= 1
+        keep.append(not seen)
+    return table.filter(pa.array(keep)), keep.count(False)
+
+
+class FailoverOutput(SOutput):
+    """SOutput of a fragment restarted by a failover (see the module docstring)."""
+
+    def __init__(
+        self,
+        location: str,
+        stream: str,
+        epoch: int,
+        *,
+        namespace: int,
+        written: Counter[tuple[Any, ...]] | None = None,
+    ) -> None:
+        super().__init__(location, stream, epoch)
+        self.namespace = namespace
+        # Rows the failed host already wrote, each left out once when computed again here.
+        self.written_before = written
+        self.left_out = 0
+
+    @classmethod
+    def resynced(cls, location: str, stream: str, epoch: int) -> FailoverOutput:
+        with StreamClient(location) as client:
+            table = client.read_table(stream)
+        rows = Counter(tuple(r.values()) for r in table.to_pylist())
+        return cls(location, stream, epoch, namespace=epoch, written=rows)
+
+    def write(self, batch: DataFrame, batch_id: int) -> bool:
+        table = batch.toArrow()
+        if self.written_before:
+            table, dropped = leave_out(table, self.written_before)
+            self.left_out += dropped
+        with StreamClient(self.location) as client:
+            fresh = client.append(
+                self.stream,
+                table,
+                batch_id=(self.namespace << NAMESPACE_BITS) | batch_id,
+                epoch=self.epoch,
+            )
+        if fresh:
+            self.written += 1
+        else:
+            self.skipped += 1
+        return fresh
+
+
+@dataclass
+class _Shipping:
+    shipper: DeltaShipper
+    holder: str
+    location: str
+    record: TaskRecord | None = None
+    spec: FragmentSpec | None = None
+    held: bool = False
+
+
+@dataclass
+class AgentFailover:
+    """``app.participant.failover.Availability`` for the Spark host of ``fedload agent``."""
+
+    host: SparkParticipantHost
+    ship_every_s: float = SHIP_EVERY_S
+    errors: list[str] = field(default_factory=list)
+    _shipping: dict[str, _Shipping] = field(default_factory=dict)
+    _backups_held: set[str] = field(default_factory=set)
+    # Fragments this agent took over from empty state: their output's batch id space.
+    namespaces: dict[str, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _stopped: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __post_init__(self) -> None:
+        for line in self._events():
+            self.namespaces[line["task"]] = int(line["namespace"])
+
+    # -- the tick's upkeep -----------------------------------------------------------------
+    def keep(self, tasks: list[dict[str, Any]], keeps: list[Keep], replicas: list[dict]) -> None:
+        records = {str(t["name"]): TaskRecord.from_read(t) for t in tasks}
+        self._ship_standbys(records, replicas)
+        for k in keeps:
+            record = records.get(k.task)
+            if k.recovery == "rollback" and record is not None and record.host != self.host.name:
+                self._keep_backup(record)
+
+    def _ship_standbys(self, records: Mapping[str, TaskRecord], replicas: list[dict]) -> None:
+        """Name what to ship; a thread of its own ships it, so that a slow ship (a loaded
+        machine, a holder cut off) never delays the tick's heartbeat: a host whose heartbeats
+        lapse is failed over while alive."""
+        wanted = {}
+        for r in replicas:
+            record = records.get(str(r["task"]))
+            if (
+                record is None
+                or record.host != self.host.name
+                or r["host"] == self.host.name
+                or r["technique"] != "passive_standby"
+                or not self.host.runtime.is_running(record.name)
+            ):
+                continue
+            wanted[record.name] = (record, str(r["host"]))
+        with self._lock:
+            for gone in set(self._shipping) - set(wanted):
+                del self._shipping[gone]
+            for name, (record, holder) in wanted.items():
+                state = self._shipping.get(name)
+                if state is None or state.holder != holder:
+                    location = self.host.endpoint_of(holder)
+                    if location is None:
+                        continue
+                    shipper = DeltaShipper(name, STANDBY_SHIPMENT, timeout=SHIP_TIMEOUT_S)
+                    state = _Shipping(shipper, holder, location)
+                    self._shipping[name] = state
+                state.record = record
+                # Built here, in the tick: the shipping thread makes no registry calls.
+                state.spec = self.host.spec_of(record)
+        if wanted and self._thread is None:
+            self._thread = threading.Thread(
+                target=self._ship_loop, name="standby-shipping", daemon=True
+            )
+            self._thread.start()
+
+    def _ship_loop(self) -> None:
+        while not self._stopped.wait(self.ship_every_s):
+            with self._lock:
+                due = list(self._shipping.values())
+            for state in due:
+                if state.record is None or not self.host.runtime.is_running(state.record.name):
+                    continue  # stopped or failed: the last shipped copy is the one to restore
+                try:
+                    self._ship(state.record, state)
+                except Exception as error:  # the next period may get through
+                    self._note(
+                        f"standby of {state.record.name} to {state.holder}: "
+                        f"{type(error).__name__}: {error}"
+                    )
+
+    def close(self) -> None:
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join(timeout=SHIP_TIMEOUT_S)
+
+    def _ship(self, record: TaskRecord, state: _Shipping) -> None:
+        spec = state.spec
+        if spec is None:
+            return
+        consumer = standby_consumer(record.name)
+        if not state.held:
+            # Before the fragment acknowledges past what the first copy will replay.
+            for ref in spec.inputs:
+                with StreamClient(ref.location, timeout=SHIP_TIMEOUT_S) as client:
+                    client.hold(ref.stream, consumer)
+            state.held = True
+        snapshot = snapshot_running(self.host.runtime, record.name)
+        position = committed_offset(snapshot.tree)
+        if position is None:
+            return
+        state.shipper.ship(state.location, snapshot)
+        # Only now may the producers trim below the shipped copy's offset.
+        for ref in spec.inputs:
+            with StreamClient(ref.location, timeout=SHIP_TIMEOUT_S) as client:
+                client.ack(ref.stream, consumer, position[1])
+
+    def _keep_backup(self, record: TaskRecord) -> None:
+        spec = self.host.spec_of(record)
+        if spec is None:
+            return
+        span = _span(record)
+        consumer = backup_consumer(record.name)
+        try:
+            with StreamClient(spec.output.location, timeout=SHIP_TIMEOUT_S) as client:
+                emitted = client.info(spec.output.stream)["boundary"]
+            for ref in spec.inputs:
+                with StreamClient(ref.location, timeout=SHIP_TIMEOUT_S) as client:
+                    if record.name not in self._backups_held:
+                        client.hold(ref.stream, consumer)
+                    ack = client.info(ref.stream)["acks"].get(record.name)
+                    point = None if ack is None else backup_point(int(ack), emitted, span)
+                    if point is not None:
+                        client.ack(ref.stream, consumer, point)
+        except Exception as error:
+            self._note(f"upstream backup of {record.name}: {type(error).__name__}: {error}")
+            return
+        self._backups_held.add(record.name)
+
+    # -- the takeover ----------------------------------------------------------------------
+    def fail_over(self, failover: Failover) -> None:
+        try:
+            self._fail_over(failover)
+        except Exception as error:
+            # The registry still names the failed host: the next tick plans it again.
+            self._note(f"failover of {failover.task}: {type(error).__name__}: {error}")
+
+    def _fail_over(self, failover: Failover) -> None:
+        began_wall = time.time()
+        record = TaskRecord.from_read(self.host.client.task(failover.task))
+        spec = self.host.spec_of(record)
+        if spec is None:
+            raise RuntimeError(f"no endpoint known for {record.owner}, the owner")
+        holds = holds_standby(self.host.server, failover.task)
+        recovery = effective(failover.recovery, holds_checkpoint=holds)
+        start = self._replay_point(recovery, spec, _span(record))
+        try:
+            made = self.host.client.request_movement(failover.task, self.host.name, "failover")
+        except ApiError as error:
+            if error.status == 409:
+                log.info("failover of %s not (yet) accepted: %s", failover.task, error.detail)
+                return
+            raise
+        movement = MovementRecord.from_read(made)
+        runtime = self.host.runtime
+        if recovery == "precise":
+            source: AlreadyShipped | NoCheckpoint = AlreadyShipped(
+                failover.failed_host, STANDBY_SHIPMENT
+            )
+            sink = FailoverOutput.resynced(spec.output.location, spec.output.stream, movement.epoch)
+        else:
+            source = NoCheckpoint(failover.failed_host)
+            # Empty state: no older copy here may be resumed in its place.
+            runtime.discard(failover.task)
+            sink = FailoverOutput(
+                spec.output.location, spec.output.stream, movement.epoch, namespace=movement.epoch
+            )
+        # Before the commit: a query that does not start at once (ResumeFailed) is started
+        # again by the next tick, and must write in this failover's batch id space too.
+        self.namespaces[failover.task] = movement.epoch
+        try:
+            with self.host.receiving(failover.task):
+                moved = relocate(
+                    spec,
+                    source,
+                    runtime,
+                    replay_from=start,
+                    coordinator=PreparedMovementCoordinator(self.host.client, movement),
+                    reason="failover",
+                    sink=sink,
+                )
+        except MoveAborted:
+            del self.namespaces[failover.task]
+            raise
+        line = {
+            "task": failover.task,
+            "from": failover.failed_host,
+            "to": self.host.name,
+            "recovery": recovery,
+            "asked": failover.recovery,
+            "technique": failover.technique,
+            "movement_id": movement.id,
+            "epoch": moved.epoch,
+            "namespace": movement.epoch,
+            "replay_from": start,
+            "timings": moved.timings,
+            "began": began_wall,
+            "wall": time.time(),
+        }
+        with (self.host.data_dir / FAILOVERS).open("a") as out:
+            out.write(json.dumps(line) + "\n")
+        log.info("took %s over from %s (%s)", failover.task, failover.failed_host, recovery)
+
+    def _replay_point(self, recovery: Recovery, spec: FragmentSpec, span: int) -> int | None:
+        if recovery == "precise":
+            return None
+        infos = []
+        for ref in spec.inputs:
+            with StreamClient(ref.location, timeout=SHIP_TIMEOUT_S) as client:
+                infos.append(client.info(ref.stream))
+        if recovery == "gap":
+            newest = min([i["boundary"] for i in infos if i["boundary"] is not None] or [0])
+            return replay_from("gap", newest=newest, kept_from=None, span=span)
+        kept = [i["acks"].get(backup_consumer(spec.name)) for i in infos]
+        firsts = [i["first"] for i in infos if i["first"] is not None]
+        # Without a backup held (the holder never saw the task running), what the logs still
+        # hold: a window may then be computed from part of its input, and it shows as a loss.
+        held = [k for k in kept if k is not None]
+        kept_from = min(held) if len(held) == len(kept) else min(firsts or [0])
+        return replay_from("rollback", newest=None, kept_from=kept_from, span=span)
+
+    def sink_for(self, fragment: str, spec: FragmentSpec, epoch: int) -> SOutput | None:
+        """The output a restart here must use for a fragment this agent took over (None: the
+        plain one)."""
+        namespace = self.namespaces.get(fragment)
+        if namespace is None:
+            return None
+        return FailoverOutput(spec.output.location, spec.output.stream, epoch, namespace=namespace)
+
+    # -- internals -------------------------------------------------------------------------
+    def _events(self) -> Iterator[dict[str, Any]]:
+        path = Path(self.host.data_dir) / FAILOVERS
+        if path.exists():
+            for line in path.read_text().splitlines():
+                if line.strip():
+                    yield json.loads(line)
+
+    def _note(self, message: str) -> None:
+        log.warning("%s", message)
+        self.errors = [*self.errors[-49:], message]
+
+
+def _span(record: TaskRecord) -> int:
+    from spark_jobs.runtime.participant_host import BUCKET_SECONDS
+
+    defaults = catalogue.PARAMETERS.get(record.fragment or "", {})
+    return window_span(record.params, defaults, BUCKET_SECONDS)

@@ -1,0 +1,317 @@
+"""``fedload demo --scenario crash``: the host of three fragments is SIGKILLed; the product fails
+them over, one per recovery type.
+
+``fedload serve`` and one ``fedload agent`` per participant of ``crash-federation.yaml``: S hosts
+G.x, R.x and P.x (one per owner), T holds their replicas under contracts that ask ``gap``,
+``rollback`` and ``precise``. The driver only does what an owner and an operator would: each
+owner places its task's replica (``POST /v1/tasks/{name}/replicas``), and once S ships P.x's
+standby and T keeps R.x's upstream backup, S's agent gets SIGKILL. From there it is the agents'
+and the registry's: the registry sees S failed, T asks for the three failovers and carries them
+out by the contracts' recovery types. The driver watches and measures:
+
+- detection: SIGKILL -> the registry lists S as failed;
+- per task, ``recovery_seconds``: SIGKILL -> the task's output boundary passes where it stood at
+  the kill (the new host caught up);
+- per task, ``lost`` and ``duplicated``: output rows missing from, and written beyond, the
+  failure-free reference (the same fragment over the same seeded input, run here).
+
+It writes ``report.json`` with ``processes`` (participant -> pid of its agent) and ``recovery``
+(one entry per type); the checks: precise output equals the reference, rollback lost nothing,
+gap's output resumed after the failure with its loss counted.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import secrets
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+from rich.console import Console
+
+from app.db.session import dispose_engines
+from app.federation.document import load_federation
+from app.participant.client import FedloadClient
+from spark_jobs.runtime.dataplane import RegistryTokens, registry_tokens
+from spark_jobs.runtime.failover import FAILOVERS, backup_consumer, standby_consumer
+from spark_jobs.runtime.transport import HOLD_ALL, StreamClient
+from spark_jobs.scenarios.processes import AgentSettings, Placement, ProcessFederation
+from spark_jobs.scenarios.reference import check_rows, live_rows
+from spark_jobs.session import build_session
+
+FEDERATION = Path(__file__).with_name("crash-federation.yaml")
+HOST, HOLDER = "S", "T"
+# Task -> (the technique its owner places its replica with); the recovery type is the contract's.
+REPLICAS = {"G.x": "upstream_backup", "R.x": "upstream_backup", "P.x": "passive_standby"}
+RECOVERY_OF = {"G.x": "gap", "R.x": "rollback", "P.x": "precise"}
+
+
+@dataclass(frozen=True)
+class CrashOptions:
+    report_dir: Path = Path("var/reports/demo/crash")
+    work: Path | None = None
+    database_url: str | None = None
+    # Seconds of output after the standby is in place before the SIGKILL, and of output after
+    # every task recovered before the comparison (windows are 4 s).
+    before_kill_s: float = 6.0
+    after_recovery_s: float = 10.0
+    # The service's heartbeat interval: S is failed after 3 missed ones. Generous, because an
+    # agent's tick (its heartbeat) waits for Spark, and a loaded machine (two cores shared by a
+    # CI run) stretched S's ticks past 3 x 3 s: T then failed S over while it was alive.
+    heartbeat_interval: float = 5.0
+    startup_timeout_s: float = 600.0
+    recovery_timeout_s: float = 180.0
+
+
+def _wait(what: str, check: Callable[[], Any], timeout: float, every: float = 0.3) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except Exception as error:  # an agent or the service may be busy: keep asking
+            last = error
+        else:
+            if last:
+                return last
+        time.sleep(every)
+    raise TimeoutError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
+
+
+@functools.cache
+def _operator_tokens(admin: FedloadClient) -> RegistryTokens:
+    """The operator's read tokens (the agents' endpoints refuse calls without one)."""
+    return registry_tokens(admin)
+
+
+def _info(admin: FedloadClient, owner: str, stream: str) -> dict[str, Any]:
+    location = admin.endpoint(owner)
+    assert location is not None
+    with StreamClient(location, tokens=_operator_tokens(admin)) as client:
+        return client.info(stream)
+
+
+def _held(admin: FedloadClient, owner: str, stream: str, consumer: str) -> bool:
+    ack = _info(admin, owner, stream)["acks"].get(consumer)
+    return ack is not None and ack > HOLD_ALL
+
+
+def _has_output(admin: FedloadClient, owner: str, task: str) -> bool:
+    return bool(_info(admin, owner, f"{task}.out")["rows"] > 0)
+
+
+def run_crash(
+    options: CrashOptions, console: Console | None = None, spark: SparkSession | None = None
+) -> dict[str, Any]:
+    console = console or Console()
+    doc = load_federation(FEDERATION)
+    work = options.work or Path(tempfile.mkdtemp(prefix="fedload-crash-"))
+    eager = Placement(args=("--spark-eager",))
+    fed = ProcessFederation(
+        doc,
+        work,
+        database_url=options.database_url,
+        admin_key=secrets.token_urlsafe(16),
+        lease_seconds=15.0,
+        heartbeat_interval=options.heartbeat_interval,
+        # No trading: only the failovers move anything. Owners run no Spark (their tasks are
+        # sources); the host and the holder start theirs with their agents.
+        agent_settings=AgentSettings(offer_interval=3600.0),
+        placements={HOST: eager, HOLDER: eager},
+    )
+    with fed:
+        fed.start()
+        for p in doc.participants:
+            fed.start_agent(p.name)
+        console.print(f"agents: {', '.join(f'{n} (pid {a.pid})' for n, a in fed.agents.items())}")
+        admin = fed.admin()
+        try:
+            return _run(options, console, fed, admin, spark)
+        except BaseException:
+            for name, agent in fed.agents.items():
+                console.print(f"--- {name}'s agent log ---\n{agent.tail(30)}")
+            raise
+        finally:
+            admin.close()
+            dispose_engines(fed.registry_url)
+
+
+def _run(
+    options: CrashOptions,
+    console: Console,
+    fed: ProcessFederation,
+    admin: FedloadClient,
+    spark: SparkSession | None,
+) -> dict[str, Any]:
+    owners = {task: task.split(".")[0] for task in REPLICAS}
+    for task, technique in REPLICAS.items():
+        fed.client(owners[task])._call(
+            "POST", f"/v1/tasks/{task}/replicas", json={"k": 1, "technique": technique}
+        )
+    with console.status("S starts the fragments; T's standby and upstream backup fill ..."):
+        for task, owner in owners.items():
+            _wait(
+                f"{task} to write output at {HOST}",
+                partial(_has_output, admin, owner, task),
+                options.startup_timeout_s,
+            )
+        _wait(
+            "S to ship P.x's standby to T",
+            lambda: _held(admin, "P", "P.conns.out", standby_consumer("P.x")),
+            options.startup_timeout_s,
+        )
+        _wait(
+            "T to keep R.x's upstream backup",
+            lambda: _held(admin, "R", "R.conns.out", backup_consumer("R.x")),
+            options.startup_timeout_s,
+        )
+        time.sleep(options.before_kill_s)
+    early = {t: h for t in REPLICAS if (h := admin.task(t)["host"]) != HOST}
+    if early:
+        # The registry saw S failed while it was alive (its heartbeats lapsed): no crash to
+        # measure. Say so rather than report a failover nobody caused.
+        console.print(f"[red]failed over before the kill (a false suspicion of {HOST}): {early}")
+        report: dict[str, Any] = {
+            "scenario": "crash",
+            "processes": fed.processes(),
+            "failed_over_before_kill": early,
+            "checks": {"no_failover_before_kill": False},
+            "ok": False,
+        }
+        options.report_dir.mkdir(parents=True, exist_ok=True)
+        (options.report_dir / "report.json").write_text(json.dumps(report, indent=2))
+        return report
+    processes = fed.processes()
+    before = {task: _info(admin, owners[task], f"{task}.out") for task in REPLICAS}
+    console.print(f"SIGKILL {HOST}'s agent (pid {processes[HOST]})")
+    killed = time.monotonic()
+    fed.agents[HOST].kill()
+    detected: float | None = None
+    recovered: dict[str, float] = {}
+    with console.status("the registry detects the failure; T takes the fragments over ..."):
+        deadline = killed + options.recovery_timeout_s
+        while len(recovered) < len(REPLICAS) and time.monotonic() < deadline:
+            now = time.monotonic()
+            if detected is None:
+                seen = {p["name"]: p["liveness"] for p in admin.participants()}
+                if seen.get(HOST) == "failed":
+                    detected = now - killed
+            for task in REPLICAS:
+                if task in recovered:
+                    continue
+                boundary = _info(admin, owners[task], f"{task}.out")["boundary"]
+                was = before[task]["boundary"]
+                passed = boundary is not None and (was is None or boundary > was)
+                if passed and admin.task(task)["host"] == HOLDER:
+                    recovered[task] = now - killed
+            time.sleep(0.2)
+    if len(recovered) == len(REPLICAS):
+        time.sleep(options.after_recovery_s)
+    return _finish(options, console, fed, admin, spark, processes, before, detected, recovered)
+
+
+def _finish(
+    options: CrashOptions,
+    console: Console,
+    fed: ProcessFederation,
+    admin: FedloadClient,
+    spark: SparkSession | None,
+    processes: dict[str, int],
+    before: dict[str, dict[str, Any]],
+    detected: float | None,
+    recovered: dict[str, float],
+) -> dict[str, Any]:
+    tasks = {t["name"]: t for t in admin.tasks()}
+    events = _failovers(fed.data_dir(HOLDER))
+    live, after = {}, {}
+    for task in RECOVERY_OF:
+        owner = admin.endpoint(tasks[task]["owner"])
+        assert owner is not None
+        after[task] = _info(admin, tasks[task]["owner"], f"{task}.out")
+        live[task] = live_rows(owner, f"{task}.out", _operator_tokens(admin))
+    # The output is read: T's Spark stops, so that the reference runs have the machine.
+    fed.close([HOLDER])
+    console.print("comparing each fragment's output with a run without failures ...")
+    session = spark or build_session(app_name="fedload-crash-reference", master="local[1]")
+    recovery: dict[str, dict[str, Any]] = {}
+    try:
+        for task, kind in RECOVERY_OF.items():
+            record = tasks[task]
+            source = tasks[record["inputs"][0]["task"]]
+            comparison = check_rows(session, live[task], record, source["params"])
+            event = events.get(task, {})
+            recovery[kind] = {
+                "task": task,
+                "from": HOST,
+                "to": record["host"],
+                "recovered": task in recovered,
+                "recovery_seconds": recovered.get(task),
+                "lost": comparison.missing,
+                "duplicated": comparison.unexpected,
+                "rows": comparison.rows,
+                "expected_rows": comparison.expected_rows,
+                "rows_before_kill": before[task]["rows"],
+                "rows_at_end": after[task]["rows"],
+                # Where the loss lies, in buckets (seconds): window ends at or after the output
+                # boundary at the kill, and (gap) at or before where the new host resumed.
+                "boundary_at_kill": before[task]["boundary"],
+                "lost_window_ends": [_seconds(end) for end in comparison.missing_window_ends],
+                "performed_as": event.get("recovery"),
+                "replay_from": event.get("replay_from"),
+                "movement_timings": event.get("timings"),
+                "output": comparison.as_dict(),
+            }
+    finally:
+        if spark is None:
+            session.stop()
+    gap, rollback, precise = recovery["gap"], recovery["rollback"], recovery["precise"]
+    report: dict[str, Any] = {
+        "scenario": "crash",
+        "processes": processes,
+        "failure": {"killed": HOST, "pid": processes.get(HOST), "signal": "SIGKILL"},
+        "detection_seconds": detected,
+        "recovery": recovery,
+        "checks": {
+            "host_detected_failed": detected is not None,
+            "every_task_failed_over": all(
+                r["recovered"] and r["to"] == HOLDER for r in recovery.values()
+            ),
+            "precise_output_matches_reference": precise["output"]["matches"],
+            "precise_by_standby": precise["performed_as"] == "precise",
+            "rollback_nothing_lost": rollback["recovered"] and rollback["lost"] == 0,
+            "gap_output_resumes": gap["recovered"] and gap["rows_at_end"] > gap["rows_before_kill"],
+        },
+    }
+    report["ok"] = all(report["checks"].values())
+    options.report_dir.mkdir(parents=True, exist_ok=True)
+    (options.report_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    for kind, r in recovery.items():
+        console.print(
+            f"{kind:9s} {r['task']}: recovered in {r['recovery_seconds']} s, "
+            f"lost {r['lost']}, duplicated {r['duplicated']} of {r['expected_rows']} rows"
+        )
+    for check, passed in report["checks"].items():
+        console.print(f"{'[green]pass[/]' if passed else '[red]FAIL[/]'} {check}")
+    console.print(f"report: {options.report_dir / 'report.json'}")
+    return report
+
+
+def _seconds(moment: datetime) -> int:
+    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    return int(aware.timestamp())
+
+
+def _failovers(data_dir: Path) -> dict[str, dict[str, Any]]:
+    path = data_dir / FAILOVERS
+    if not path.exists():
+        return {}
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {row["task"]: row for row in rows}
