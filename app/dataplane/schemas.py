@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.api_types import NameRef, RowId
 
 Operation = Literal[
-    "read", "append", "fence", "ack", "release", "checkpoint", "reinstate", "retire"
+    "read", "append", "fence", "ack", "release", "checkpoint", "reinstate", "retire", "standby"
 ]
 
 
@@ -26,7 +26,8 @@ class TokenRequest(BaseModel):
     )
     task: NameRef | None = None
     movement: RowId | None = Field(
-        default=None, description="The movement a task operation is for (required with task)."
+        default=None,
+        description="The movement a task operation is for (required with task, except standby).",
     )
     consumer: NameRef | None = Field(
         default=None, description="With ack: the consuming task acknowledged as."

@@ -25,6 +25,16 @@ Tasks, for one movement of them (the prepared movement names source and target):
   while it is prepared, when the target aborts it next); served by the source.
 - ``retire`` (forget the source's copy): the target, once the movement is committed.
 
+Tasks, under no movement:
+
+- ``standby`` (push or discard a passive standby's checkpoint): the task's host, served by the
+  participant holding the task's replica (one holder; with several the caller cannot say which
+  it means, so the registry refuses rather than guess).
+
+A consumer's runners may also acknowledge as ``<consumer>.<purpose>`` (a warm copy's
+``X.warm-7``, a standby's ``X.standby``, an upstream backup's ``X.backup``): positions they keep
+for that consumer, never another's.
+
 An admin gets ``read`` tokens for any stream (the operator checks outputs), nothing else.
 
 A caller who is no party to a stream's or task's records gets 404, the answer for an unknown
@@ -139,7 +149,12 @@ def _grant(ask: TokenRequest) -> tokens.Grant:
             raise InvalidInput(
                 f"a task's operations are {sorted(tokens.TASK_OPERATIONS)}", field="operations"
             )
-        if ask.movement is None:
+        if operations == {tokens.STANDBY}:
+            if ask.movement is not None:
+                raise InvalidInput("standby is for no movement", field="movement")
+        elif tokens.STANDBY in operations:
+            raise InvalidInput("ask for standby apart from other operations", field="operations")
+        elif ask.movement is None:
             raise InvalidInput("a task's operations are for one movement of it", field="movement")
     if (tokens.ACK in operations) != (ask.consumer is not None):
         raise InvalidInput("consumer goes with ack, and only with ack", field="consumer")
@@ -216,7 +231,7 @@ def _stream_serving(session: Session, me: int, grant: tokens.Grant) -> str:
     if grant.operations & {tokens.APPEND, tokens.FENCE} and me not in writers:
         refused.append("append to or fence it (only its producer's host and owner do)")
     if tokens.ACK in grant.operations:
-        consumer = next((t for t in consumers if t.name == grant.consumer), None)
+        consumer = _consumer_acked_as(consumers, grant.consumer)
         if consumer is None or me not in _runners(session, consumer):
             refused.append(
                 f"acknowledge it as {grant.consumer!r} (only a consumer's host acknowledges, "
@@ -227,13 +242,43 @@ def _stream_serving(session: Session, me: int, grant: tokens.Grant) -> str:
     return _name(session, producer.owner_id)
 
 
+def _consumer_acked_as(consumers: list[Task], name: str | None) -> Task | None:
+    """The consuming task that ``name`` acknowledges for: itself, or one of its runners'
+    positions ``<task>.<purpose>`` (task names hold dots too, so the longest name wins)."""
+    if name is None:
+        return None
+    matching = [t for t in consumers if name == t.name or name.startswith(f"{t.name}.")]
+    return max(matching, key=lambda t: len(t.name), default=None)
+
+
 def _input_names(task: Task) -> set[str]:
     # A task's inputs are the tasks whose output streams it reads (TaskRecord.from_read).
     return {str(i.get("task")) if isinstance(i, dict) else str(i) for i in (task.inputs or [])}
 
 
+def _standby_serving(session: Session, me: int, grant: tokens.Grant) -> str:
+    task = session.scalar(select(Task).where(Task.name == grant.task))
+    if task is None or me not in _runners(session, task):
+        raise NotFound(f"no task {grant.task!r} that you run", field="task")
+    if me != task.host_id:
+        raise Forbidden(f"{grant.task}: only its host ships standbys of it", field="operations")
+    holders = sorted(
+        set(session.scalars(select(Replica.participant_id).where(Replica.task_id == task.id)))
+    )
+    if len(holders) != 1:
+        raise Forbidden(
+            f"{grant.task} has {len(holders)} replica holders: a standby token is for the one "
+            "holder of a task's replica",
+            field="task",
+        )
+    return _name(session, holders[0])
+
+
 def _task_serving(session: Session, me: int, grant: tokens.Grant) -> str:
-    assert grant.task is not None and grant.movement is not None
+    assert grant.task is not None
+    if grant.operations == {tokens.STANDBY}:
+        return _standby_serving(session, me, grant)
+    assert grant.movement is not None
     found = session.execute(
         select(Movement, Task)
         .join(Task, Task.id == Movement.task_id)

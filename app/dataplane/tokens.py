@@ -43,8 +43,11 @@ RELEASE = "release"  # stop a fragment for a prepared movement and hand over its
 CHECKPOINT = "checkpoint"  # push (or discard) a checkpoint for a movement
 REINSTATE = "reinstate"  # run a released fragment again after an aborted movement
 RETIRE = "retire"  # forget a fragment after a committed movement
+# Push (or discard) a passive standby's checkpoint at a replica holder: for a task, under no
+# movement (the standby is shipped while the host runs; a failover later moves it).
+STANDBY = "standby"
 STREAM_OPERATIONS = frozenset({READ, APPEND, FENCE, ACK})
-TASK_OPERATIONS = frozenset({RELEASE, CHECKPOINT, REINSTATE, RETIRE})
+TASK_OPERATIONS = frozenset({RELEASE, CHECKPOINT, REINSTATE, RETIRE, STANDBY})
 OPERATIONS = STREAM_OPERATIONS | TASK_OPERATIONS
 
 

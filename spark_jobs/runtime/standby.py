@@ -38,13 +38,12 @@ from spark_jobs.runtime.host import FragmentRuntime, FragmentSpec
 from spark_jobs.runtime.movement import MoveAborted, MoveInDoubt
 from spark_jobs.runtime.shipping import DeltaShipper, Snapshot
 from spark_jobs.runtime.sunion import UNREACHABLE
-from spark_jobs.runtime.transport import StreamClient, TransferError
+from spark_jobs.runtime.transport import STANDBY_SHIPMENT, StreamClient, TransferError
 
 log = logging.getLogger(__name__)
 
 # Inbox key of checkpoints pushed ahead of any movement (registry movement ids start at 1); the
 # same key as the crash scenario's hosts (spark_jobs.ha.spark_host).
-STANDBY_SHIPMENT = 0
 # A ship is one DoPut of a few MiB on a healthy link; a host that does not take it within this is
 # down or cut off, and the movement is better aborted than left prepared.
 SHIP_TIMEOUT_S = 30.0

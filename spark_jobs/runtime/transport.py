@@ -61,6 +61,7 @@ from app.dataplane.tokens import (
     REINSTATE,
     RELEASE,
     RETIRE,
+    STANDBY,
     Grant,
     Requirement,
 )
@@ -83,6 +84,9 @@ from spark_jobs.runtime.dataplane import (
 
 CHUNK_BYTES = 1 << 20
 # A consumer position below every bucket: a consumer held there keeps the whole log.
+# The movement id a passive standby's checkpoints are shipped under (no movement of the
+# registry's: they are pushed while the host runs; spark_jobs.runtime.standby).
+STANDBY_SHIPMENT = 0
 HOLD_ALL = -(2**62)
 
 
@@ -259,6 +263,15 @@ def _stream(op: str) -> Scope:
     return lambda request: Requirement.of(op, stream=str(request["stream"]))
 
 
+def _checkpoint_of(request: dict[str, Any]) -> Requirement:
+    """A checkpoint pushed for a movement, or a passive standby's (``STANDBY_SHIPMENT``)."""
+    if int(request["movement"]) == STANDBY_SHIPMENT:
+        return Requirement.of(STANDBY, task=str(request["fragment"]))
+    return Requirement.of(
+        CHECKPOINT, task=str(request["fragment"]), movement=int(request["movement"])
+    )
+
+
 def _movement_of(op: str) -> Scope:
     return lambda request: Requirement.of(
         op, task=str(request["fragment"]), movement=int(request["movement"])
@@ -287,8 +300,8 @@ class StreamServer(flight.FlightServerBase):
         "get:read": _stream(READ),
         "get:checkpoint": _movement_of(RELEASE),
         "put:append": _stream(APPEND),
-        "put:checkpoint": _movement_of(CHECKPOINT),
-        "put:checkpoint_delta": _movement_of(CHECKPOINT),
+        "put:checkpoint": _checkpoint_of,
+        "put:checkpoint_delta": _checkpoint_of,
         "action:declare": _stream(APPEND),
         "action:info": lambda r: Requirement.of(READ, APPEND, stream=str(r["stream"])),
         "action:ack": lambda r: Requirement.of(
@@ -296,7 +309,7 @@ class StreamServer(flight.FlightServerBase):
         ),
         "action:fence": _stream(FENCE),
         "action:advance": _stream(APPEND),
-        "action:discard_checkpoint": _movement_of(CHECKPOINT),
+        "action:discard_checkpoint": _checkpoint_of,
         "action:release": _movement_of(RELEASE),
         # The warm hand-off (spark_jobs.runtime.warm): a live snapshot and the offset log it
         # follows, for the target of the prepared movement, like a release.
@@ -682,7 +695,7 @@ class StreamClient:
             "size": len(packed.data),
         }
         descriptor = flight.FlightDescriptor.for_command(json.dumps(command).encode())
-        options = self._options(_on_movement(CHECKPOINT, fragment, movement))
+        options = self._options(_checkpoint_grant(fragment, movement))
         try:
             writer, _ = self._client.do_put(descriptor, _CHUNK_SCHEMA, options)
             for chunk in _chunks(packed.data):
@@ -694,7 +707,7 @@ class StreamClient:
     def discard_checkpoint(self, fragment: str, movement: int) -> bool:
         """Ask the host to drop the checkpoint shipped to it under ``movement``; False if it
         held none."""
-        grant = _on_movement(CHECKPOINT, fragment, movement)
+        grant = _checkpoint_grant(fragment, movement)
         return bool(self._action("discard_checkpoint", grant, fragment=fragment, movement=movement))
 
     def release(self, fragment: str, movement: int) -> PackedCheckpoint:
@@ -743,6 +756,12 @@ class StreamClient:
 
 def _on_stream(op: str, stream: str) -> Grant:
     return Grant(frozenset({op}), stream=stream)
+
+
+def _checkpoint_grant(fragment: str, movement: int) -> Grant:
+    if movement == STANDBY_SHIPMENT:
+        return Grant(frozenset({STANDBY}), task=fragment)
+    return _on_movement(CHECKPOINT, fragment, movement)
 
 
 def _on_movement(op: str, fragment: str, movement: int | None) -> Grant:
