@@ -115,3 +115,55 @@ def test_an_issued_token_verifies_with_the_published_key(moving: tuple[Api, int]
     assert (claims.subject, claims.audience) == ("B", "A")
     assert claims.grant == Grant(frozenset({"release"}), task="A.x", movement=movement)
     assert claims.expires_at - claims.issued_at == pytest.approx(300, abs=1)
+
+
+def test_standby_tokens_go_to_the_one_replica_holder_and_runners_keep_positions_as_the_consumer(
+    api: Api, db_url: str
+) -> None:
+    """A hosts A.x; C or D holds its passive standby (their contracts allow hosting, B's does
+    not); then both do."""
+    for name in ("A", "B", "C", "D"):
+        api.register(name)
+    for partner, hosting in (("B", False), ("C", True), ("D", True)):
+        made = api.propose("A", partner, availability={"replica_hosting": hosting})
+        assert api.post(partner, f"/v1/contracts/{made['id']}/accept", {"version": 1}).is_success
+    for body in (
+        {"name": "A.src", "load": 1.0, "fragment": "generator"},
+        {
+            "name": "A.x",
+            "load": 5.0,
+            "fragment": "connections_per_source",
+            "inputs": [{"task": "A.src"}],
+        },
+    ):
+        assert api.post("A", "/v1/tasks", body).status_code == 201, body
+    placed = api.post("A", "/v1/tasks/A.x/replicas", {"k": 1, "technique": "passive_standby"})
+    assert placed.status_code == 201, placed.text
+    holder = placed.json()[0]["host"]
+    standby = {"operations": ["standby"], "task": "A.x"}
+
+    before = registry_snapshot(db_url)
+    for who, body, status in [
+        (holder, standby, 403),  # the holder receives standbys, it does not ship them
+        ("B", standby, 404),  # no part in A.x
+        ("A", {**standby, "movement": 1}, 422),  # a standby is under no movement
+        ("A", {"operations": ["standby", "checkpoint"], "task": "A.x", "movement": 1}, 422),
+        ("A", {"operations": ["ack"], "stream": "A.src.out", "consumer": "A.xy"}, 403),
+        ("B", {"operations": ["ack"], "stream": "A.src.out", "consumer": "A.x.backup"}, 404),
+    ]:
+        got, answer = ask(api, who, **body)
+        assert got == status, (who, body, answer)
+    assert registry_snapshot(db_url) == before, "a refused token request wrote"
+
+    got, answer = ask(api, "A", **standby)
+    assert (got, answer.get("serving")) == (200, holder), answer
+    for who, consumer in (("A", "A.x.warm-7"), ("A", "A.x.standby"), (holder, "A.x.backup")):
+        body = {"operations": ["ack"], "stream": "A.src.out", "consumer": consumer}
+        got, answer = ask(api, who, **body)
+        assert (got, answer.get("serving")) == (200, "A"), (who, consumer, answer)
+
+    # A second holder: the host could no longer say which one a standby token is for.
+    assert api.post(
+        "A", "/v1/tasks/A.x/replicas", {"k": 2, "technique": "passive_standby"}
+    ).is_success
+    assert ask(api, "A", **standby)[0] == 403
