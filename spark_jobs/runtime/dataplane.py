@@ -60,6 +60,8 @@ AUTHORIZATION = "authorization"
 REFUSED = "data-plane token refused"
 # The registry's answers that mean "not yours": anything else (a 503, no answer) is asked again.
 REFUSALS = (401, 403, 404, 422)
+# Verified tokens a server remembers (each a few hundred bytes); beyond it, expired ones go first.
+VERIFIED_CACHE = 4096
 # A cached token is renewed when less than this share of its life is left.
 RENEW_FRACTION = 0.5
 
@@ -290,6 +292,26 @@ class _Verify(flight.ServerMiddlewareFactory):
     def __init__(self, auth: FlightAuth) -> None:
         super().__init__()
         self._auth = auth
+        # Tokens whose signature verified, with their claims: an agent sends one token for
+        # minutes of calls, and the signature check cost as much as a small call itself
+        # (bench/dataplane). Expiry is checked on every call all the same.
+        self._verified: dict[str, Claims] = {}
+        self._lock = threading.Lock()
+
+    def _claims(self, token: str) -> Claims:
+        now = self._auth.clock()
+        with self._lock:
+            known = self._verified.get(token)
+        if known is not None and now < known.expires_at:
+            return known
+        claims = verify(token, self._auth.keys, audience=self._auth.participant, now=now)
+        with self._lock:
+            if len(self._verified) >= VERIFIED_CACHE:
+                self._verified = {t: c for t, c in self._verified.items() if now < c.expires_at}
+                if len(self._verified) >= VERIFIED_CACHE:
+                    self._verified.clear()
+            self._verified[token] = claims
+        return claims
 
     def start_call(self, info: Any, headers: Mapping[str, list[Any]]) -> _Claimed:
         values = headers.get(AUTHORIZATION) or []
@@ -302,12 +324,7 @@ class _Verify(flight.ServerMiddlewareFactory):
                 "(send 'authorization: Bearer <token from POST /v1/dataplane/tokens>')"
             )
         try:
-            claims = verify(
-                raw.removeprefix("Bearer "),
-                self._auth.keys,
-                audience=self._auth.participant,
-                now=self._auth.clock(),
-            )
+            claims = self._claims(raw.removeprefix("Bearer "))
         except TokenRejected as error:
             raise flight.FlightUnauthenticatedError(f"{REFUSED}: {error.reason}") from None
         return _Claimed(claims)

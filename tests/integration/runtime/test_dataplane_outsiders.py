@@ -265,3 +265,18 @@ def test_an_action_without_a_declared_scope_is_refused_even_with_a_token() -> No
         assert made.promoted is False
     finally:
         made.shutdown()
+
+
+def test_a_token_verified_once_is_still_refused_once_it_expires() -> None:
+    now = [time.time()]
+    made = StreamServer(auth=FlightAuth(SERVING, (KEY.public_key(),), clock=lambda: now[0]))
+    made.log.declare(STREAM, 1.0)
+    try:
+        client = StreamClient(made.location, tokens=FixedToken(token(_on_stream(READ))))
+        with client:
+            assert client.info(STREAM)["rows"] == 0  # verified, and remembered
+            now[0] += 61  # the token's 60 s are over
+            with pytest.raises(flight.FlightUnauthenticatedError, match="expired"):
+                client.info(STREAM)
+    finally:
+        made.shutdown()
