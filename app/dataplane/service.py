@@ -9,8 +9,9 @@ output stays put while the task moves): that owner serves it.
 
 - ``append``, ``fence``: the producing task's host, or the target of a prepared movement of it
   (it takes over the writes at the commit); the owner, which keeps the log.
-- ``read``: those, and every party of a task that consumes the stream (its owner, host,
-  replica hosts, the target of a prepared movement of it).
+- ``read``: those, the producing task's replica hosts (a standby takes its writes over at a
+  failover, from where the output stands), and every party of a task that consumes the stream
+  (its owner, host, replica hosts, the target of a prepared movement of it).
 - ``ack`` as consumer ``Y``: ``Y`` consumes the stream and the caller runs ``Y`` or is about to
   (its host, a replica host, the target of a prepared movement of it). Nobody trims another
   consumer's position.
@@ -222,7 +223,7 @@ def _stream_serving(session: Session, me: int, grant: tokens.Grant) -> str:
         for task in session.scalars(select(Task).where(Task.id != producer.id))
         if producer.name in _input_names(task)
     ]
-    readers = set(writers)
+    readers = set(writers) | _runners(session, producer)
     for task in consumers:
         readers |= {task.owner_id, *_runners(session, task)}
     if me not in readers:

@@ -22,7 +22,6 @@ gap's output resumed after the failure with its loss counted.
 
 from __future__ import annotations
 
-import functools
 import json
 import secrets
 import tempfile
@@ -86,10 +85,15 @@ def _wait(what: str, check: Callable[[], Any], timeout: float, every: float = 0.
     raise TimeoutError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
 
 
-@functools.cache
+_OPERATOR_TOKENS: dict[int, RegistryTokens] = {}
+
+
 def _operator_tokens(admin: FedloadClient) -> RegistryTokens:
-    """The operator's read tokens (the agents' endpoints refuse calls without one)."""
-    return registry_tokens(admin)
+    """The operator's read tokens (the agents' endpoints refuse calls without one), one source
+    per admin client of the scenario (a client is not hashable: keyed by identity)."""
+    if id(admin) not in _OPERATOR_TOKENS:
+        _OPERATOR_TOKENS[id(admin)] = registry_tokens(admin)
+    return _OPERATOR_TOKENS[id(admin)]
 
 
 def _info(admin: FedloadClient, owner: str, stream: str) -> dict[str, Any]:

@@ -162,6 +162,12 @@ def test_standby_tokens_go_to_the_one_replica_holder_and_runners_keep_positions_
         got, answer = ask(api, who, **body)
         assert (got, answer.get("serving")) == (200, "A"), (who, consumer, answer)
 
+    # The holder reads the output it would take the writes of over at a failover.
+    got, answer = ask(api, holder, operations=["read"], stream="A.x.out")
+    assert (got, answer.get("serving")) == (200, "A"), answer
+    assert ask(api, "B", operations=["read"], stream="A.x.out")[0] == 404
+    assert ask(api, holder, operations=["append"], stream="A.x.out")[0] == 403
+
     # A second holder: the host could no longer say which one a standby token is for.
     assert api.post(
         "A", "/v1/tasks/A.x/replicas", {"k": 2, "technique": "passive_standby"}
