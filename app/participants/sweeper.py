@@ -10,18 +10,22 @@ logged and the next one tries again. A daemon thread, stopped with the service.
 from __future__ import annotations
 
 import logging
-import threading
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.availability.detector import check_window
+from app.db.background import PeriodicRounds
 from app.participants import failures
 from app.participants.inbox import HeartbeatInbox
 
 log = logging.getLogger(__name__)
 
 
-class FailureSweeper:
+class FailureSweeper(PeriodicRounds):
+    name = "fedload-failure-sweeper"
+    doing = "sweeping for failed participants"
+    log = log
+
     def __init__(
         self,
         sessions: sessionmaker[Session],
@@ -31,6 +35,7 @@ class FailureSweeper:
         misses: int,
         every: float,
     ) -> None:
+        super().__init__()
         check_window(interval_seconds, misses, who="heartbeat settings")
         if not every > 0:
             raise ValueError(f"the failure sweep interval must be > 0 s, got {every}")
@@ -39,8 +44,7 @@ class FailureSweeper:
         self.interval_seconds = interval_seconds
         self.misses = misses
         self.every = every
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.period = every
 
     def sweep(self) -> list[str]:
         """One round, in its own transaction: the names it declared failed."""
@@ -74,29 +78,3 @@ class FailureSweeper:
                 in_flight,
             )
         return names
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every):
-            try:
-                self.sweep()
-            except Exception:
-                log.exception("sweeping for failed participants failed; retrying")
-
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(
-            target=self._run, name="fedload-failure-sweeper", daemon=True
-        )
-        self._thread.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
