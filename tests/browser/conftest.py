@@ -101,6 +101,9 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveService]:
         session_secret="browser-session-secret",
         environment="test",
         reports_dir=work / "reports",
+        # These pages are fed by hand, not by agents: nobody is declared failed (and fenced)
+        # for not sending heartbeats between the steps of a test.
+        heartbeat_interval_seconds=3600,
     )
     with serve(settings) as base, httpx.Client(base_url=base, timeout=30) as client:
         federation = Federation(client=client, admin_key=ADMIN_KEY, keys=keys)

@@ -96,7 +96,7 @@ def test_pages_update_live_without_reload(tab: Page, live: LiveService) -> None:
     expect(load).to_have_text(re.compile(r"^0\.0"))
     live.federation.heartbeat("D", 63.5, marginal_cost=0.07, threshold=79.5)
     expect(load).to_have_text("63.5", timeout=10_000)
-    # Its first report: no longer "never" reported (liveness then ages with a 1 s heartbeat).
+    # Its first report: no longer "never" reported.
     expect(tab.locator('tr[data-participant="D"] td').last).not_to_have_text("never")
 
     tab.click("nav >> text=Movements")

@@ -26,6 +26,7 @@ SAMPLE_URLS: dict[tuple[str, str], str] = {
     ("GET", "/contracts/{contract_id}"): "/admin/contracts/1",
     ("GET", "/movements"): "/admin/movements",
     ("GET", "/replicas"): "/admin/replicas",
+    ("GET", "/availability"): "/admin/availability",
     ("GET", "/participants/{name}"): "/admin/participants/A",
     ("GET", "/audit"): "/admin/audit",
     ("GET", "/reports"): "/admin/reports",
