@@ -7,9 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Coroutine, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -18,6 +16,7 @@ import sqlalchemy as sa
 from app.settings import Settings
 from tests.integration.api.conftest import ADMIN_KEY
 from tests.support.databases import _truncate_all
+from tests.support.event_loop import run_coroutine
 from tests.support.live_server import serve
 
 pytestmark = pytest.mark.postgres
@@ -26,14 +25,6 @@ ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 # A liveness bound, not a timing claim: before issue 15 these requests stalled for ~30 s and
 # then failed with the pool's timeout; now each is answered (by work or by a 503) long before.
 DEADLINE_SECONDS = 20.0
-T = TypeVar("T")
-
-
-def run_coroutine(coroutine: Coroutine[Any, Any, T]) -> T:
-    # On a thread of its own: earlier tests in the same process (Playwright's sync API) may
-    # leave an event loop running in the main thread, where asyncio.run() refuses to start.
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
 
 
 def seed(base: str) -> tuple[dict[str, dict[str, str]], int]:

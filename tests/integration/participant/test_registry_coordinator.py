@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
 
 import pytest
 
-from app.db.base import utcnow
-from app.db.session import unit_of_work
-from app.models import Participant
 from app.participant.client import ApiError, FedloadClient
 from app.settings import Settings
 from spark_jobs.runtime.coordinator import MovementRefused
 from spark_jobs.runtime.registry_coordinator import RegistryCoordinator
+from tests.support.failures import declare_failed
 from tests.support.live_server import serve
 
 ADMIN = "coordinator-admin-key"
@@ -77,17 +74,15 @@ def test_failover_prepare_abort_is_idempotent_and_keeps_host(clients: dict, db_u
     a._call("POST", "/v1/tasks/frag/replicas", json={"k": 1})
     with pytest.raises(MovementRefused, match="as unknown, not failed"):
         coordinator.prepare("frag", "A", "C", "failover")
-    with unit_of_work(db_url) as session:  # A's agent last heartbeated an hour ago
-        session.query(Participant).filter_by(name="A").one().last_heartbeat_at = (
-            utcnow() - timedelta(hours=1)
-        )
+    declare_failed(db_url, "A")  # A's agent last heartbeated an hour ago
     move = coordinator.prepare("frag", "A", "C", "failover")
     with pytest.raises(MovementRefused, match=r"already being moved"):
         coordinator.prepare("frag", "A", "C", "failover")
     coordinator.abort(move.movement_id, "target crashed")
     coordinator.abort(move.movement_id, "again")
     assert (coordinator.host("frag"), coordinator.current_epoch("frag")) == ("A", 0)
-    with pytest.raises(MovementRefused, match="A hosts no replica or standby of task frag"):
+    # Nor does the failed host take anything over: it is fenced until it rejoins.
+    with pytest.raises(MovementRefused, match=r"A was declared failed .* is fenced"):
         coordinator.prepare("frag", "C", "A", "failover")
 
 

@@ -11,13 +11,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from datetime import timedelta
 
 import pytest
 
-from app.db.base import utcnow
-from app.db.session import unit_of_work
-from app.models import Participant
 from app.participant.bpm_decisions import BpmDecisions
 from app.participant.client import FedloadClient
 from app.participant.command import RegistryLoads
@@ -43,6 +39,7 @@ from tests.integration.runtime.conftest import (
     rows,
     run_reference,
 )
+from tests.support.failures import declare_failed
 from tests.support.federation import register_participants, sign_contract
 from tests.support.live_server import serve
 
@@ -256,10 +253,7 @@ def test_agent_moves_the_standby_through_the_registry_and_fails_over_to_it(
         a.discard("frag")
         # The registry takes a failover only from a host it sees failed: A's heartbeats stopped
         # (this test runs no agent heartbeat loop: its last one is dated an hour back).
-        with unit_of_work(db_url) as session:
-            session.query(Participant).filter_by(name="A").one().last_heartbeat_at = (
-                utcnow() - timedelta(hours=1)
-            )
+        declare_failed(db_url, "A")
         failover = relocate(
             spec,
             AlreadyShipped("A", STANDBY_SHIPMENT),

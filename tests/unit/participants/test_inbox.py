@@ -13,6 +13,7 @@ from app.participants.inbox import (
     HeartbeatInbox,
     loop_watch,
 )
+from tests.support.event_loop import run_coroutine
 
 
 class Clock:
@@ -60,11 +61,11 @@ def test_the_middleware_holds_heartbeats_in_flight_until_answered() -> None:
         scope = {"type": "http", "method": method, "path": path}
         await HeartbeatArrivals(app, inbox)(scope, None, None)
 
-    asyncio.run(call(HEARTBEAT_PATH))
+    run_coroutine(call(HEARTBEAT_PATH))
     assert seen["in_flight"] == [1] and inbox.in_flight() == 0
     assert inbox.checked_until() == 101.0
-    asyncio.run(call("/v1/participants/me"))
-    asyncio.run(call(HEARTBEAT_PATH, method="GET"))
+    run_coroutine(call("/v1/participants/me"))
+    run_coroutine(call(HEARTBEAT_PATH, method="GET"))
     assert seen["in_flight"] == [1, 0, 0]
 
 
@@ -77,7 +78,7 @@ def test_the_loop_watch_advances_the_horizon_while_the_loop_runs() -> None:
         watch.cancel()
 
     before = time.time()
-    asyncio.run(run())
+    run_coroutine(run())
     # The horizon is the last round's stamp: past the start, behind the clock (the loop stopped).
     horizon = inbox.checked_until()
     assert before <= horizon < time.time()
