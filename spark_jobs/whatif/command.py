@@ -57,7 +57,7 @@ def whatif(
         [],
         "--spark-conf",
         help="KEY=VALUE Spark setting for the run, repeatable (e.g. spark.driver.memory=8g; "
-        "--large sizes the driver heap itself unless given).",
+        "the driver's default heap is 1 GB, whatever the federation's size).",
     ),
     in_process: bool = typer.Option(
         False, "--in-process", help="Run a sweep in this Python process instead of on Spark."
@@ -258,7 +258,6 @@ def _run_large(
         conf = parse_conf(spark_conf)
     except SparkConfError as exc:
         raise _fail(f"command line: {exc}") from exc
-    contracts = spec.participants * spec.contracts_per_participant // 2
     given: dict[str, Any] = {} if inp is None else {"fed": inp.fed, "names": inp.names}
     try:
         if inp is None:
@@ -277,8 +276,6 @@ def _run_large(
                 master,
                 conf,
                 app_name="fedload-whatif-large",
-                participants=spec.participants,
-                contracts=contracts,
             ),
             spark_failures(),
         ):

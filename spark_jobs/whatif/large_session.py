@@ -1,30 +1,28 @@
-"""The Spark session of a what-if run: sized for the federation, and failing loudly, never hanging.
+"""The Spark session of a what-if run: one fixed driver heap, and failing loudly, never hanging.
 
 ``fedload whatif --large 100000 --k 10`` used to exhaust Spark's default 1 GB driver heap and
 then wait forever: a JVM out of memory stays alive with a dead thread, and the Python side
-waits for an answer that never comes. Here the session is started with a driver heap sized
-for the federation and ``-XX:+ExitOnOutOfMemoryError``, so an exhausted JVM exits; the Python
-side then gets a Py4J error at once, which ``spark_failures`` turns into one clear message.
+waits for an answer that never comes. The rounds no longer pass the contracts through the
+driver's JVM (``spark_jobs/whatif/large.py``), so one heap, whatever the federation's size,
+serves; the session starts with ``-XX:+ExitOnOutOfMemoryError`` all the same, so an exhausted
+JVM exits, the Python side gets a Py4J error at once, and ``spark_failures`` turns it into one
+clear message.
 
 ``--spark-master`` and ``--spark-conf KEY=VALUE`` (``fedload whatif``) reach the session here;
-a user's setting always wins over the sizing.
+a user's setting always wins.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
-# Driver heap for the large run. The rounds keep no per-round tables in the JVM: it holds the
-# edge table (both directions of every contract, ~32 bytes a row) once as the driver's input
-# and, in local mode, once in the executors' cache, plus each pass's Arrow batches in flight;
-# so a flat base with a small share per million edge rows (1,165 MB at 100,000 participants x
-# 10 contracts, bench/whatif/README.md "Large rounds").
-BASE_HEAP_MB = 1024
-HEAP_MB_PER_MILLION_EDGES = 128
-MAX_DEFAULT_HEAP_MB = 4096
+# Driver heap for a what-if run, whatever the federation's size: the large rounds keep the
+# contracts out of the driver's JVM (``spark_jobs/whatif/large.py``); what it holds per pass is
+# one broadcast and one result row per participant at most (a few MB at 100,000), beside Spark's
+# own working set (bench/whatif/README.md "Large rounds": heap used at 10,000-100,000).
+DRIVER_HEAP_MB = 1024
 OOM_EXIT = "-XX:+ExitOnOutOfMemoryError"
 
 
@@ -47,19 +45,10 @@ def parse_conf(pairs: Sequence[str]) -> dict[str, str]:
     return conf
 
 
-def driver_heap_mb(participants: int, contracts: int) -> int:
-    """Driver heap (MB) for a large federation: flat base plus the edge table's share."""
-    edges = 2 * max(contracts, 0) + max(participants, 0)
-    sized = BASE_HEAP_MB + math.ceil(HEAP_MB_PER_MILLION_EDGES * edges / 1_000_000)
-    return min(sized, MAX_DEFAULT_HEAP_MB)
-
-
-def session_conf(
-    user: dict[str, str], *, participants: int = 0, contracts: int = 0
-) -> dict[str, str]:
-    """The settings a what-if session starts with: sizing and OOM exit, then the user's."""
+def session_conf(user: dict[str, str]) -> dict[str, str]:
+    """The settings a what-if session starts with: the fixed heap and OOM exit, then the user's."""
     conf = dict(user)
-    conf.setdefault("spark.driver.memory", f"{driver_heap_mb(participants, contracts)}m")
+    conf.setdefault("spark.driver.memory", f"{DRIVER_HEAP_MB}m")
     options = conf.get("spark.driver.extraJavaOptions", "")
     if OOM_EXIT not in options:
         conf["spark.driver.extraJavaOptions"] = f"{options} {OOM_EXIT}".strip()
@@ -72,8 +61,6 @@ def whatif_session(
     user_conf: dict[str, str],
     *,
     app_name: str,
-    participants: int = 0,
-    contracts: int = 0,
     shuffle_partitions: int = 8,
 ) -> Iterator[Any]:
     """Start (and finally stop) the run's SparkSession; jobs inside borrow it as the active one.
@@ -88,7 +75,7 @@ def whatif_session(
     if SparkSession.getActiveSession() is not None:
         yield SparkSession.getActiveSession()
         return
-    conf = session_conf(user_conf, participants=participants, contracts=contracts)
+    conf = session_conf(user_conf)
     with spark_failures():
         session = build_session(
             app_name=app_name, master=master, shuffle_partitions=shuffle_partitions, extra=conf

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from spark_jobs.whatif.large_session import (
+    DRIVER_HEAP_MB,
     OOM_EXIT,
     SparkConfError,
-    driver_heap_mb,
     parse_conf,
     session_conf,
 )
@@ -24,20 +24,10 @@ def test_spark_conf_pairs_parse_and_a_bad_one_is_named():
         parse_conf(["=2g"])
 
 
-def test_driver_heap_grows_slowly_with_the_edge_table_and_is_capped():
-    assert driver_heap_mb(10_000, 50_000) == 1039
-    assert driver_heap_mb(100_000, 500_000) == 1165
-    assert driver_heap_mb(10_000_000, 50_000_000) == 4096
-
-
-def test_the_users_settings_win_and_the_jvm_always_exits_on_out_of_memory():
-    sized = session_conf({}, participants=100_000, contracts=500_000)
-    assert sized["spark.driver.memory"] == "1165m"
-    assert sized["spark.driver.extraJavaOptions"] == OOM_EXIT
-    mine = session_conf(
-        {"spark.driver.memory": "8g", "spark.driver.extraJavaOptions": "-Dx=1"},
-        participants=100_000,
-        contracts=500_000,
-    )
+def test_one_driver_heap_for_every_size_the_users_settings_win_and_oom_exits():
+    fixed = session_conf({})
+    assert fixed["spark.driver.memory"] == f"{DRIVER_HEAP_MB}m" == "1024m"
+    assert fixed["spark.driver.extraJavaOptions"] == OOM_EXIT
+    mine = session_conf({"spark.driver.memory": "8g", "spark.driver.extraJavaOptions": "-Dx=1"})
     assert mine["spark.driver.memory"] == "8g"
     assert mine["spark.driver.extraJavaOptions"] == f"-Dx=1 {OOM_EXIT}"
