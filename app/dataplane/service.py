@@ -218,10 +218,14 @@ def _stream_serving(session: Session, me: int, grant: tokens.Grant) -> str:
     if producer is None:
         raise unknown
     writers = {producer.owner_id, producer.host_id, *_prepared_targets(session, producer.id)}
+    # Only the producer's owner's fragments can read it (catalogue.validate_fragment: an input
+    # is another task of the same owner), so the owner index narrows the search to those
+    # instead of every task in the registry; the JSON inputs are read for them alone.
+    candidates = select(Task).where(
+        Task.owner_id == producer.owner_id, Task.id != producer.id, Task.fragment.is_not(None)
+    )
     consumers = [
-        task
-        for task in session.scalars(select(Task).where(Task.id != producer.id))
-        if producer.name in _input_names(task)
+        task for task in session.scalars(candidates) if producer.name in _input_names(task)
     ]
     readers = set(writers) | _runners(session, producer)
     for task in consumers:
