@@ -5,12 +5,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from app.federation.document import load_federation
 from app.participant.client import FedloadClient
+from spark_jobs.runtime.dataplane import client_defaults, use_client_defaults
 from spark_jobs.scenarios.processes import AgentSettings, ProcessFederation
+from tests.support.certificates import Issued
 
 FEDERATION = Path(__file__).with_name("move-federation.yaml")
 GENERATOR = {"seed": 11, "rate": 60}
@@ -38,13 +41,18 @@ def wait_for(
 
 
 @contextmanager
-def federation(work: Path, database_url: str | None = None) -> Iterator[ProcessFederation]:
+def federation(
+    work: Path, database_url: str | None = None, *, agent_args: tuple[str, ...] = ()
+) -> Iterator[ProcessFederation]:
+    """``agent_args``: more ``fedload agent`` flags for every agent (``--tls-cert ...``)."""
     fed = ProcessFederation(
         load_federation(FEDERATION),
         work,
         database_url=database_url,
         lease_seconds=LEASE_SECONDS,
-        agent_settings=AgentSettings(offer_interval=2.0, spark_eager=True, hysteresis=0.005),
+        agent_settings=AgentSettings(
+            offer_interval=2.0, spark_eager=True, hysteresis=0.005, extra_args=agent_args
+        ),
     )
     try:
         fed.start()
@@ -55,6 +63,33 @@ def federation(work: Path, database_url: str | None = None) -> Iterator[ProcessF
         raise
     finally:
         fed.close()
+
+
+def tls_flags(issued: Issued) -> tuple[str, ...]:
+    """``fedload agent`` flags serving ``grpc+tls://`` with ``issued``'s certificate and
+    trusting its authority for partners' endpoints."""
+    return (
+        "--tls-cert",
+        str(issued.cert),
+        "--tls-key",
+        str(issued.key),
+        "--tls-ca",
+        str(issued.ca),
+    )
+
+
+@contextmanager
+def trusting(ca: Path | None) -> Iterator[None]:
+    """This test process's data-plane clients (output checks, outsider probes, the reference
+    comparison's live read) trust ``ca`` for ``grpc+tls://`` endpoints while the block runs,
+    as an agent started with ``--tls-ca`` does; None: nothing changes."""
+    before = client_defaults()
+    if ca is not None:
+        use_client_defaults(replace(before, tls_roots=ca.read_bytes(), tls_roots_file=str(ca)))
+    try:
+        yield
+    finally:
+        use_client_defaults(before)
 
 
 def host_of(admin: FedloadClient, task: str) -> str:

@@ -1,8 +1,10 @@
 """Outsiders against real agents (issue 14, item 5): with O.x running at T after a move, calls
 without a token, with a forged one, and with genuine registry-issued tokens used beyond their
 scope try to release the running fragment, trim its input and fence its output. Every one is
-refused; afterwards T still hosts O.x, its position in O.conns.out and the output's fence are
-as before, and its output keeps growing (a fence or a trim would have stopped it)."""
+refused; over TLS, a client that does not trust the agents' authority, or speaks plain gRPC, is
+not spoken to even with a genuine token. Afterwards T still hosts O.x, its position in
+O.conns.out and the output's fence are as before, and its output keeps growing (a fence or a
+trim would have stopped it)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from spark_jobs.runtime.dataplane import REFUSED, FixedToken, registry_tokens
 from spark_jobs.runtime.transport import StreamClient
 from spark_jobs.scenarios.processes import ProcessFederation
 from tests.integration.participant.agents import grows, host_of
+from tests.support.certificates import issue
 
 
 def _refused(call: Any, kind: type[flight.FlightError]) -> str:
@@ -80,6 +83,10 @@ def probe_outsiders(fed: ProcessFederation) -> None:
             Grant(frozenset({ACK}), stream="O.conns.out", consumer="O.x").to_json()
         )
 
+    if at_o.startswith("grpc+tls://"):
+        # O's genuine read token at O's own endpoint: what stops these calls is TLS alone.
+        _probe_tls(fed, at_o, o_read)
+
     grows(fed.admin(), "O.x")
     assert host_of(admin, "O.x") == "T"
     with StreamClient(at_o, tokens=registry_tokens(fed.client("O"))) as owner:
@@ -88,3 +95,15 @@ def probe_outsiders(fed: ProcessFederation) -> None:
     assert after_output["fence"] == before_output["fence"] < 10**9
     assert set(after_input["acks"]) == set(before_input["acks"]), "a consumer was made up"
     assert after_input["acks"]["O.x"] < 10**12, "an outsider trimmed O.x's input"
+
+
+def _probe_tls(fed: ProcessFederation, at: str, token: str | None) -> None:
+    """Without the federation's authority (a stranger's CA, as a man in the middle would
+    present) or without TLS, the endpoint is not reached at all, whatever token is sent."""
+    stranger = issue(fed.work / "stranger-tls", authority="a stranger's CA").ca.read_bytes()
+    untrusting = StreamClient(at, tokens=FixedToken(token), tls_roots=stranger, timeout=5)
+    with untrusting, pytest.raises(flight.FlightUnavailableError):
+        untrusting.info("O.x.out")
+    plain = StreamClient(at.replace("grpc+tls://", "grpc://"), tokens=FixedToken(token), timeout=5)
+    with plain, pytest.raises(flight.FlightError):
+        plain.info("O.x.out")

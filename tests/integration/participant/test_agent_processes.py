@@ -1,5 +1,10 @@
 """The participant for real: the service and three ``fedload agent`` processes, each with its own
-Spark, move a stateful fragment between processes over Flight (move-federation.yaml)."""
+Spark, move a stateful fragment between processes over Flight (move-federation.yaml).
+
+On PostgreSQL the agents also serve TLS (``fedload agent --tls-cert/--tls-key/--tls-ca``, issue
+14, certificates made at run time): the same move, the same reference comparison, over
+``grpc+tls://`` endpoints, and an outsider without the authority is not spoken to. One
+federation per backend, so TLS costs the suite no extra federation."""
 
 from __future__ import annotations
 
@@ -17,23 +22,37 @@ from tests.integration.participant.agents import (
     host_of,
     output_rows,
     overload_s,
+    tls_flags,
+    trusting,
     wait_for,
 )
 from tests.integration.participant.outsiders import probe_outsiders
+from tests.support.certificates import issue
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-@pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
+@pytest.mark.parametrize(
+    ("db_url", "tls"),
+    [pytest.param("sqlite", False, id="sqlite"), pytest.param("postgres", True, id="postgres-tls")],
+    indirect=["db_url"],
+)
 def test_a_stateful_fragment_moves_between_agent_processes_and_outlives_a_service_restart(
-    db_url, tmp_path, spark
+    db_url, tls, tmp_path, spark
 ):
-    with federation(tmp_path / "federation", db_url) as fed:
+    issued = issue(tmp_path / "tls") if tls else None
+    agent_args = tls_flags(issued) if issued is not None else ()
+    with (
+        trusting(issued.ca if issued is not None else None),
+        federation(tmp_path / "federation", db_url, agent_args=agent_args) as fed,
+    ):
         for name in ("O", "S", "T"):
             fed.start_agent(name)
         admin = fed.admin()
         wait_for("O.x to write output from S", lambda: output_rows(admin, "O.x") > 0, 180)
         assert host_of(admin, "O.x") == "S"
+        scheme = "grpc+tls://" if tls else "grpc://"
+        assert all(str(admin.endpoint(name)).startswith(scheme) for name in ("O", "S", "T"))
 
         overload_s(admin)
         moved = wait_for("T to record the move", lambda: list(fed.moves()))
