@@ -1,14 +1,19 @@
 """Seconds per round and peak driver memory of ``fedload whatif --large N``, as users run it.
 
 PYTHONPATH=. .venv/bin/python -m bench.whatif.large_rounds [--sizes 10000 30000 100000] [--k 10]
-    [--max-rounds 200] [--out var/bench/large] [-- EXTRA fedload whatif OPTIONS...]
+    [--max-rounds 200] [--out var/bench/large] [--code CHECKOUT] [-- EXTRA fedload whatif OPTIONS]
 
-Each size runs the real command in a child process with the defaults (no --spark-conf: the
-session sizes its own driver heap), while this process samples the resident memory of the
-command's process tree from /proc every 0.2 s: the JVM (the Spark driver; in local mode its
-executors too) and the Python processes separately. Seconds per round come from the run's
-summary.json. Prints one Markdown row per size, with the load average before and after
-(the machine is shared): the figures for ``bench/whatif/README.md``.
+Each size runs the real command in a child process with the defaults (no --spark-conf), while
+this process samples the resident memory of the command's process tree from /proc every 0.2 s
+(the JVM: the Spark driver, in local mode its executors too; and the Python processes
+separately) and the driver JVM's heap with ``jstat -gc`` every 0.5 s: heap used (eden,
+survivors and old generation; garbage not yet collected included) and the part outside eden
+(survivors and old generation: what outlived a collection, the retained set's upper bound).
+Resident memory follows the heap the JVM was allowed more than what it needs; the heap used is
+the driver's footprint. Seconds per round come from the run's summary.json. ``--code``: run the
+command on another checkout's code (PYTHONPATH), for a before/after pair in one run. Prints one
+Markdown row per size, with the load average before and after (the machine is shared): the
+figures for ``bench/whatif/README.md``.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -59,8 +65,81 @@ def _rss_by_kind(root: int) -> dict[str, int]:
     return sizes
 
 
-def run(size: int, k: int, max_rounds: int, out: Path, extra: list[str]) -> dict[str, object]:
-    target = out / f"n{size}"
+class HeapSampler:
+    """``jstat -gc PID 500`` on the command's JVM once it appears (one attached process, not a
+    JVM start per sample): peak heap used and peak used outside eden, in bytes."""
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.peak_used = 0
+        self.peak_outside_eden = 0
+        self.samples = 0
+        self._jstat: subprocess.Popen[str] | None = None
+
+    def poll(self) -> None:
+        """Called from the RSS sampler's loop: attach once the driver's JVM is there, and again
+        whenever jstat ended (a JVM just started has no performance data yet)."""
+        if self._jstat is not None and self._jstat.poll() is not None:
+            self._jstat = None
+        if self._jstat is not None or shutil.which("jstat") is None:
+            return
+        jvm = _jvm_of(self.root)
+        if jvm is None:
+            return
+        self._jstat = subprocess.Popen(
+            ["jstat", "-gc", str(jvm), "500"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self._jstat is not None and self._jstat.stdout is not None
+        header: list[str] = []
+        for line in self._jstat.stdout:
+            fields = line.split()
+            if not fields:
+                continue
+            if fields[0] == "S0C":
+                header = fields
+                continue
+            try:
+                kib = dict(zip(header, (float(f) for f in fields), strict=True))
+            except ValueError:
+                continue
+            outside = kib["S0U"] + kib["S1U"] + kib["OU"]
+            self.peak_used = max(self.peak_used, int((outside + kib["EU"]) * 1024))
+            self.peak_outside_eden = max(self.peak_outside_eden, int(outside * 1024))
+            self.samples += 1
+
+    def stop(self) -> None:
+        if self._jstat is not None:
+            self._jstat.terminate()
+            self._jstat.wait(timeout=10)
+
+
+def _jvm_of(root: int) -> int | None:
+    """The Spark driver's JVM (``spark-submit`` first runs a short-lived launcher JVM)."""
+    for pid in _tree(root):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                if b"org.apache.spark.deploy.SparkSubmit" in handle.read():
+                    return pid
+        except OSError:
+            continue
+    return None
+
+
+def run(
+    size: int,
+    k: int,
+    max_rounds: int,
+    out: Path,
+    extra: list[str],
+    code: Path | None = None,
+) -> dict[str, object]:
+    target = out.resolve() / f"n{size}"
     command = [
         str(Path(sys.executable).parent / "fedload"),
         "whatif",
@@ -76,12 +155,25 @@ def run(size: int, k: int, max_rounds: int, out: Path, extra: list[str]) -> dict
     ]
     load_before = os.getloadavg()[0]
     began = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env = dict(os.environ)
+    if code is not None:
+        env["PYTHONPATH"] = str(code.resolve())
+    # Spark's Python workers import from their working directory first: run the command in
+    # the checkout whose code is measured.
+    child = subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=code.resolve() if code is not None else None,
+    )
     peak = {"jvm": 0, "python": 0, "total": 0}
     done = threading.Event()
+    heap = HeapSampler(child.pid)
 
     def sample() -> None:
         while not done.is_set():
+            heap.poll()
             sizes = _rss_by_kind(child.pid)
             for kind, value in sizes.items():
                 peak[kind] = max(peak[kind], value)
@@ -93,6 +185,7 @@ def run(size: int, k: int, max_rounds: int, out: Path, extra: list[str]) -> dict
     _, stderr = child.communicate()
     done.set()
     sampler.join()
+    heap.stop()
     wall = time.perf_counter() - began
     row: dict[str, object] = {
         "participants": size,
@@ -102,6 +195,10 @@ def run(size: int, k: int, max_rounds: int, out: Path, extra: list[str]) -> dict
         "peak_jvm_mib": peak["jvm"] / 2**20,
         "peak_python_mib": peak["python"] / 2**20,
         "peak_total_mib": peak["total"] / 2**20,
+        "peak_heap_used_mib": heap.peak_used / 2**20,
+        "peak_heap_outside_eden_mib": heap.peak_outside_eden / 2**20,
+        "heap_samples": heap.samples,
+        "code": str(code) if code is not None else "this checkout",
         "load_before": load_before,
         "load_after": os.getloadavg()[0],
     }
@@ -129,20 +226,21 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--max-rounds", type=int, default=200)
     parser.add_argument("--out", type=Path, default=Path("var/bench/large"))
+    parser.add_argument("--code", type=Path, default=None, help="run another checkout's code")
     parser.add_argument("extra", nargs="*", help="more fedload whatif options, after --")
     args = parser.parse_args()
     rows = []
     for size in args.sizes:
-        rows.append(run(size, args.k, args.max_rounds, args.out, args.extra))
+        rows.append(run(size, args.k, args.max_rounds, args.out, args.extra, args.code))
         # Written after every size: the largest can take long on a shared machine.
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps(rows, indent=1))
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "seconds_per_round"}))
     print(
-        "| participants | exit | rounds | s/round median (first, last) | wall s "
-        "| peak JVM MiB | peak Python MiB | load avg before -> after |"
+        "| participants | exit | rounds | s/round median (first, last) | wall s | peak JVM RSS MiB "
+        "| peak heap used MiB (outside eden) | peak Python MiB | load avg before -> after |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         rounds = (
             f"{r['median_round']:.2f} ({r['first_round']:.2f}, {r['last_round']:.2f})"
@@ -151,7 +249,9 @@ def main() -> None:
         )
         print(
             f"| {r['participants']:,} | {r['exit']} | {r.get('rounds', '-')} | {rounds} "
-            f"| {r['wall_seconds']:.0f} | {r['peak_jvm_mib']:.0f} | {r['peak_python_mib']:.0f} "
+            f"| {r['wall_seconds']:.0f} | {r['peak_jvm_mib']:.0f} "
+            f"| {r['peak_heap_used_mib']:.0f} ({r['peak_heap_outside_eden_mib']:.0f}) "
+            f"| {r['peak_python_mib']:.0f} "
             f"| {r['load_before']:.1f} -> {r['load_after']:.1f} |"
         )
         if "error" in r:
