@@ -53,7 +53,7 @@ from spark_jobs.runtime.host import FragmentSpec
 from spark_jobs.runtime.movement import AlreadyShipped, MoveAborted, NoCheckpoint, relocate
 from spark_jobs.runtime.registry_coordinator import PreparedMovementCoordinator
 from spark_jobs.runtime.shipping import DeltaShipper
-from spark_jobs.runtime.soutput import SOutput
+from spark_jobs.runtime.soutput import SOutput, write_namespace
 from spark_jobs.runtime.standby import (
     SHIP_TIMEOUT_S,
     STANDBY_SHIPMENT,
@@ -69,8 +69,6 @@ log = logging.getLogger("fedload.agent.failover")
 
 FAILOVERS = "failovers.jsonl"
 SHIP_EVERY_S = 1.0
-# A failover's batch ids: epoch << 32 | Spark's batch id (a query runs far fewer than 2**32).
-NAMESPACE_BITS = 32
 
 
 def standby_consumer(task: str) -> str:
@@ -114,8 +112,7 @@ class FailoverOutput(SOutput):
         namespace: int,
         written: Counter[tuple[Any, ...]] | None = None,
     ) -> None:
-        super().__init__(location, stream, epoch)
-        self.namespace = namespace
+        super().__init__(location, stream, epoch, namespace=namespace)
         # Rows the failed host already wrote, each left out once when computed again here.
         self.written_before = written
         self.left_out = 0
@@ -136,7 +133,7 @@ class FailoverOutput(SOutput):
             fresh = client.append(
                 self.stream,
                 table,
-                batch_id=(self.namespace << NAMESPACE_BITS) | batch_id,
+                batch_id=self.log_batch_id(batch_id),
                 epoch=self.epoch,
             )
         if fresh:
@@ -339,6 +336,14 @@ class AgentFailover:
         except MoveAborted:
             del self.namespaces[failover.task]
             raise
+        if runtime.store.local_root is not None:
+            # Carried with the checkpoint: a later move of the fragment writes in this space too.
+            write_namespace(runtime.checkpoint_dir(failover.task), movement.epoch)
+        else:
+            self._note(
+                f"{failover.task}: checkpoints are not local here; a later move of it writes "
+                "plain batch ids"
+            )
         line = {
             "task": failover.task,
             "from": failover.failed_host,

@@ -31,7 +31,7 @@ from pyspark.sql.types import StructType
 from spark_jobs.runtime.checkpoint_store import CheckpointStore
 from spark_jobs.runtime.dataplane import client_defaults
 from spark_jobs.runtime.listeners import ProgressListener
-from spark_jobs.runtime.soutput import SOutput
+from spark_jobs.runtime.soutput import SOutput, read_namespace
 from spark_jobs.runtime.sunion import SUnionDataSource
 from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient, StreamServer
 
@@ -258,6 +258,12 @@ class FragmentRuntime:
     def checkpoint_dir(self, fragment: str) -> Path:
         return self._checkpoint_dirs.get(fragment, self.checkpoint_root / fragment)
 
+    def output_namespace(self, fragment: str) -> int:
+        """The output batch-id namespace ``fragment``'s checkpoint carries (``soutput``)."""
+        if self.store.local_root is None:
+            return 0
+        return read_namespace(self.checkpoint_dir(fragment))
+
     def pace_file(self, fragment: str) -> Path:
         """Where a warm copy of ``fragment`` paces this host's query (``runtime.pace``): on the
         driver's disk (SUnion plans on the driver), beside the checkpoint root."""
@@ -369,7 +375,12 @@ class FragmentRuntime:
         for key, value in spec.options.items():
             reader = reader.option(key, value)
         if sink is None:
-            sink = SOutput(spec.output.location, spec.output.stream, epoch)
+            sink = SOutput(
+                spec.output.location,
+                spec.output.stream,
+                epoch,
+                namespace=self.output_namespace(slot),
+            )
         query = (
             spec.build(reader.load())
             .writeStream.queryName(f"{slot}@{self.name}")

@@ -258,8 +258,8 @@ class WarmSink(SOutput):
 
     HOLD_BATCH_S = 10.0
 
-    def __init__(self, location: str, stream: str, epoch: int) -> None:
-        super().__init__(location, stream, epoch)
+    def __init__(self, location: str, stream: str, epoch: int, *, namespace: int = 0) -> None:
+        super().__init__(location, stream, epoch, namespace=namespace)
         self._changed = threading.Condition()
         self._writing = False
         self._cancelled = False
@@ -334,7 +334,12 @@ class WarmCopy:
         self.runtime.store.unpack(self.name, packed)
         self._follow({})
         output = self.spec.output
-        self.sink = WarmSink(output.location, output.stream, self.move.epoch)
+        self.sink = WarmSink(
+            output.location,
+            output.stream,
+            self.move.epoch,
+            namespace=self.runtime.output_namespace(self.name),
+        )
         options = {**self.spec.options, "follow_file": str(self.follow_path)}
         self.runtime.start(
             replace(self.spec, options=options, trigger_seconds=COPY_TRIGGER_S),
