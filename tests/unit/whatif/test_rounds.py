@@ -183,12 +183,28 @@ def test_generator_gives_exactly_k_contracts_and_the_thresholds_sit_near_eighty_
             {"participants": 10, "contracts_per_participant": 2, "capacity_spread": 1.0},
             "capacity_spread",
         ),
+        ({"participants": 10, "contracts_per_participant": 2, "price_centre": 0.0}, "price_centre"),
     ],
 )
 def test_generator_refuses_bad_options_by_name(options, field):
     with pytest.raises(LargeFederationError) as caught:
         generate_large(**options)
     assert caught.value.field == field
+
+
+def test_a_price_centre_moves_only_the_contracts_prices():
+    # The width/centre table compares the same participants and loads at every centre.
+    base = generate_large(participants=50, contracts_per_participant=3, price_range_width=0.2)
+    low = generate_large(
+        participants=50, contracts_per_participant=3, price_range_width=0.2, price_centre=0.05
+    )
+    for name in ("capacity", "scale", "load", "edge_a", "edge_b"):
+        np.testing.assert_array_equal(getattr(low, name), getattr(base, name))
+    np.testing.assert_allclose(low.price_min, 0.045)
+    np.testing.assert_allclose(low.price_max, 0.055)
+    np.testing.assert_allclose(base.price_min, 0.225)
+    # Cheaper contracts put the thresholds lower: they are measured at the contracts' prices.
+    assert np.all(thresholds(low) < thresholds(base))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
