@@ -1,13 +1,14 @@
 """The quality table of the round algorithm: fraction acceptable and cost against the bound.
 
 PYTHONPATH=. .venv/bin/python -m bench.whatif.quality [--participants 995] [--seeds 20]
-    [--k 1 2 3 ...] [--widths 0 0.05 0.1 0.15 0.2] [--no-relays] [--json FILE]
+    [--k 1 2 3 ...] [--widths 0 0.05 0.1 0.15 0.2] [--no-relays] [--no-smoothing] [--json FILE]
 
 Random underloaded federations (``app.market.rounds.generate_large``: load skew 1, capacity
 spread 0.3, total load 70% of the thresholds), one per seed and cell, run to a fixed point with
 ``run_rounds``. Per cell: the fraction that ends acceptable and the median ratio of the final
 total cost to the water-filling lower bound (``water_filling_bound``). ``--no-relays`` runs the
-mechanism without chained moves (the algorithm before this benchmark), to attribute the change.
+mechanism without chained moves (the algorithm before this benchmark), to attribute the change;
+``--no-smoothing`` without the chains of participants below their thresholds.
 Figures and the machine's load go in ``bench/whatif/README.md``.
 """
 
@@ -29,7 +30,7 @@ from app.market.rounds import (
 
 
 def cell(
-    participants: int, k: int, width: float, seeds: int, relays: bool
+    participants: int, k: int, width: float, seeds: int, relays: bool, smooth: bool = True
 ) -> dict[str, float | int | None]:
     acceptable = 0
     ratios: list[float] = []
@@ -46,7 +47,7 @@ def cell(
             seed=seed,
             uneven=True,
         )
-        result = run_rounds(fed, max_rounds=500, relays=relays)
+        result = run_rounds(fed, max_rounds=500, relays=relays, smooth=smooth)
         acceptable += result.acceptable
         cost = result.rounds[-1].cost if result.rounds else result.initial_cost
         ratios.append(cost / water_filling_bound(fed))
@@ -71,12 +72,13 @@ def main() -> None:
     parser.add_argument("--k", type=int, nargs="+", default=list(range(1, 11)))
     parser.add_argument("--widths", type=float, nargs="+", default=[0.0, 0.05, 0.1, 0.15, 0.2])
     parser.add_argument("--no-relays", action="store_true")
+    parser.add_argument("--no-smoothing", action="store_true")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     began = time.perf_counter()
     load_before = os.getloadavg()[0]
     rows = [
-        cell(args.participants, k, width, args.seeds, not args.no_relays)
+        cell(args.participants, k, width, args.seeds, not args.no_relays, not args.no_smoothing)
         for width in args.widths
         for k in args.k
     ]

@@ -136,8 +136,10 @@ def _level_pass(shared: Any) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.D
 class SparkPlanner:
     """``rounds.plan_round`` with its per-edge work on the executors (see the module docstring)."""
 
-    def __init__(self, spark: SparkSession, fed: LargeFederation, partitions: int) -> None:
-        self.spark, self.fed = spark, fed
+    def __init__(
+        self, spark: SparkSession, fed: LargeFederation, partitions: int, smooth: bool = True
+    ) -> None:
+        self.spark, self.fed, self.smooth = spark, fed, smooth
         self.edges = edge_table(spark, fed, partitions)
         self.edges.count()  # cached before the first round, so round 1 is not charged for it
         # Constant over a run: computed once on the driver.
@@ -181,6 +183,12 @@ class SparkPlanner:
                     step=self._level,
                 )
             )
+        if relays and self.smooth:
+            rows.append(
+                rounds.smoothing_offers(
+                    fed, load, is_giver, direct_givers, self.threshold, rows, step=self._level
+                )
+            )
         return rounds.accept_offers(rows)
 
     def _level(
@@ -217,19 +225,21 @@ def run_rounds(
     record_loads: bool = False,
     on_round: Callable[[RoundRecord, float], None] | None = None,
     relays: bool = True,
+    smooth: bool = True,
     partitions: int | None = None,
 ) -> RoundsResult:
     """Rounds until no offer is made or ``max_rounds``; ``on_round`` sees each round's record.
 
     The same result as ``rounds.run_rounds(fed)``, with each round's planning on Spark.
     """
-    planner = SparkPlanner(spark, fed, partitions or default_partitions(spark))
+    planner = SparkPlanner(spark, fed, partitions or default_partitions(spark), smooth)
     try:
         return rounds.run_rounds(
             fed,
             max_rounds=max_rounds,
             record_loads=record_loads,
             relays=relays,
+            smooth=smooth,
             plan=planner,
             on_round=on_round,
         )
