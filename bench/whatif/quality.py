@@ -22,6 +22,7 @@ import statistics
 import time
 
 from app.market.rounds import (
+    BASE_PRICE,
     bounded_price_bound,
     generate_large,
     run_rounds,
@@ -30,7 +31,13 @@ from app.market.rounds import (
 
 
 def cell(
-    participants: int, k: int, width: float, seeds: int, relays: bool, smooth: bool = True
+    participants: int,
+    k: int,
+    width: float,
+    seeds: int,
+    relays: bool,
+    smooth: bool = True,
+    price_centre: float = BASE_PRICE,
 ) -> dict[str, float | int | None]:
     acceptable = 0
     ratios: list[float] = []
@@ -46,6 +53,7 @@ def cell(
             utilisation=0.7,
             seed=seed,
             uneven=True,
+            price_centre=price_centre,
         )
         result = run_rounds(fed, max_rounds=500, relays=relays, smooth=smooth)
         acceptable += result.acceptable
@@ -73,17 +81,33 @@ def main() -> None:
     parser.add_argument("--widths", type=float, nargs="+", default=[0.0, 0.05, 0.1, 0.15, 0.2])
     parser.add_argument("--no-relays", action="store_true")
     parser.add_argument("--no-smoothing", action="store_true")
+    parser.add_argument(
+        "--price-centre",
+        type=float,
+        default=BASE_PRICE,
+        help=f"centre of the contracts' price ranges (default {BASE_PRICE}: the thresholds' "
+        "marginal cost)",
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     began = time.perf_counter()
     load_before = os.getloadavg()[0]
     rows = [
-        cell(args.participants, k, width, args.seeds, not args.no_relays, not args.no_smoothing)
+        cell(
+            args.participants,
+            k,
+            width,
+            args.seeds,
+            not args.no_relays,
+            not args.no_smoothing,
+            args.price_centre,
+        )
         for width in args.widths
         for k in args.k
     ]
     print(
-        f"{args.participants} participants, {args.seeds} seeds per cell, relays: "
+        f"{args.participants} participants, {args.seeds} seeds per cell, prices centred at "
+        f"{args.price_centre}, relays: "
         f"{not args.no_relays}; load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}; "
         f"{time.perf_counter() - began:.0f} s"
     )
