@@ -253,15 +253,16 @@ def _stream_serving(session: Session, me: int, grant: tokens.Grant) -> str:
         if producer.name in _input_names(task)
     ]
     readers = set(writers) | _runners(session, producer)
-    serving: str | None = None
-    if named.holder is not None:
-        # A replica's own log: read as the task's output is, written and served by its holder.
-        serving = _replica_holder(session, producer, named, grant.stream)
-        writers = {session.scalar(select(Participant.id).where(Participant.name == serving)) or -1}
     for task in consumers:
         readers |= {task.owner_id, *_runners(session, task)}
     if me not in readers:
         raise unknown
+    serving: str | None = None
+    if named.holder is not None:
+        # A replica's own log: read as the task's output is, written and served by its holder
+        # (asked only once the caller is a party: a stranger learns nothing of replicas).
+        serving = _replica_holder(session, producer, named, grant.stream)
+        writers = {session.scalar(select(Participant.id).where(Participant.name == serving)) or -1}
     refused = []
     if grant.operations & {tokens.APPEND, tokens.FENCE} and me not in writers:
         refused.append(
