@@ -151,8 +151,8 @@ class ActiveReplicas:
         if spec is None or not spec.inputs:
             return
         first = spec.inputs[0]
-        with StreamClient(first.location, timeout=INFO_TIMEOUT_S) as client:
-            boundary = client.info(first.stream)["boundary"]
+        with StreamClient(first.location, timeout=INFO_TIMEOUT_S) as producer:
+            boundary = producer.info(first.stream)["boundary"]
         if boundary is None:
             return  # the input has not closed a bucket yet: no clock to map, try next tick
         bucket_ms = round(spec.bucket_seconds * 1000)
@@ -168,19 +168,19 @@ class ActiveReplicas:
         settings = DPCSettings(
             max_delay_seconds=max_delay, clock_offset_ms=offset_ms, adaptive_budget=True
         )
-        client = host.client
+        registry = host.client
         task, me = record.name, host.name
 
         def request(_fragment: str) -> bool:
             try:
-                return bool(client.request_permit(task, me)["granted"])
+                return bool(registry.request_permit(task, me)["granted"])
             except Exception as error:  # no registry, no permit: reconcile later
                 self._note(f"permit for {task}: {type(error).__name__}: {error}")
                 return False
 
         def release(_fragment: str) -> None:
             try:
-                client.release_permit(task, me)
+                registry.release_permit(task, me)
             except Exception as error:  # the lease runs out on its own
                 self._note(f"permit release for {task}: {type(error).__name__}: {error}")
 

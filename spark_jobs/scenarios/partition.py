@@ -50,7 +50,7 @@ from spark_jobs.runtime.transport import StreamClient
 from spark_jobs.scenarios.processes import AgentSettings, Placement, ProcessFederation
 
 FEDERATION = Path(__file__).with_name("partition-federation.yaml")
-OWNER, HOLDER, TASK = "O", "T", "O.x"
+OWNER, HOLDER, TASK, SOURCE = "O", "T", "O.x", "O.conns"
 REPLICAS = (OWNER, HOLDER)
 
 
@@ -178,6 +178,9 @@ class Consumer:
         self.read_errors = dict.fromkeys(self.names, 0)
         self.errors: list[str] = []
         self._status: dict[str, PeerStatus] = {}
+        # The last status read of each copy, and whether the detector has it suspect now.
+        self.known: dict[str, ReplicaStatus] = {}
+        self.suspect: dict[str, bool] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads = [
@@ -231,9 +234,15 @@ class Consumer:
                     self.status_log.append({"replica": name, "status": str(status), "at": now})
                     self._status[name] = status
             reachable = status is not PeerStatus.FAILED
-            state: NodeState | None = None
-            boundary: int | None = None
-            if reachable:
+            known = self.known.get(name)
+            state = None if known is None else known.state
+            boundary = None if known is None else known.boundary
+            if status is PeerStatus.SUSPECT:
+                # Silent past the window, not yet verified failed: keep what was known and do
+                # not wait on its link (a call across a partition would stall the loop; only
+                # the detector decides that it failed).
+                pass
+            elif reachable:
                 link = self.links[name]
                 try:
                     # The primary runs a plain query: its output is stable whenever it is read.
@@ -241,9 +250,10 @@ class Consumer:
                     boundary = link.boundary()
                 except flight.FlightError:
                     self.read_errors[name] += 1
-                    state = None
             self.states[name] = None if state is None else state.value
-            out.append(ReplicaStatus(name, state, reachable, boundary))
+            self.known[name] = ReplicaStatus(name, state, reachable, boundary)
+            self.suspect[name] = status is PeerStatus.SUSPECT
+            out.append(self.known[name])
         return out
 
     def _read_loop(self) -> None:
@@ -253,7 +263,8 @@ class Consumer:
                 if switch is not None:
                     self.switch_times.append(switch.at)
                 before = set(self.rule.delivered)
-                self.rule.pull(self.links)
+                if not self.suspect.get(self.rule.current):
+                    self.rule.pull(self.links)
                 now = time.time()
                 fresh = [k for k in self.rule.delivered if k not in before]
                 for key in fresh:
@@ -354,18 +365,27 @@ def _run(
     proxies = {name: FaultProxy(_port(locations[name])) for name in REPLICAS}
     window = options.heartbeat_s * options.misses
 
-    def links() -> dict[str, FlightLink]:
+    def links(timeout: float) -> dict[str, FlightLink]:
         return {
-            name: FlightLink(proxies[name].location, streams[name], tokens, window)
+            name: FlightLink(proxies[name].location, streams[name], tokens, timeout)
             for name in REPLICAS
         }
 
-    consumer = Consumer(links(), links(), {HOLDER}, options.heartbeat_s, options.misses)
+    # Data calls wait one heartbeat interval at most (a slow answer is a read error, retried;
+    # only the detector's pings, which wait to the end of the window, decide a failure).
+    consumer = Consumer(
+        links(options.heartbeat_s), links(window), {HOLDER}, options.heartbeat_s, options.misses
+    )
+    # Where the sources' stime stands on the wall clock: O's source closes a bucket as its
+    # second ends, so now - its boundary maps stime onto wall time (for latencies only).
+    with StreamClient(locations[OWNER], timeout=5.0, tokens=tokens) as client:
+        source_boundary = client.info(output_stream(SOURCE))["boundary"]
+    stime_to_wall = time.time() - float(source_boundary or 0)
     try:
+        started = time.time()
         consumer.start()
         _wait("the consumer's first rows from O", lambda: consumer.rule.delivered, 120)
         time.sleep(options.before_cut_s)
-        started = time.time()
         delivered_before_cut = len(consumer.rule.delivered)
         console.print(f"cutting the consumer's link to {OWNER} ({options.cut_mode})")
         proxies[OWNER].cut(options.cut_mode)
@@ -411,6 +431,7 @@ def _run(
         failure_at=failure_at,
         heal_at=heal_at,
         started=started,
+        stime_to_wall=stime_to_wall,
         delivered_before_cut=delivered_before_cut,
         replicas_agree=bool(t_rows) and t_rows == o_rows,
         boundaries={OWNER: o_boundary, HOLDER: t_boundary},
@@ -435,6 +456,7 @@ def _report(
     failure_at: float,
     heal_at: float,
     started: float,
+    stime_to_wall: float,
     delivered_before_cut: int,
     replicas_agree: bool,
     boundaries: dict[str, Any],
@@ -463,11 +485,11 @@ def _report(
         if (s.from_replica, s.to_replica) == (OWNER, HOLDER) and s.at >= failure_at
     ]
     output = rule.output()
-    # Latency of a row: when the consumer first had it minus its window's end; the constant
-    # between the sources' stime and the wall clock cancels in "added" (worst minus the median
-    # before the cut). Rows of the first read (the log's backlog) are left out.
+    # Latency of a row: when the consumer first had it minus its window's end on the wall
+    # clock; added: the worst minus the median before the cut. Rows of the first read (the
+    # log's backlog) are left out.
     lat = [
-        (seen - rule.delivered[key].row[0].timestamp(), seen < failure_at)
+        (seen - rule.delivered[key].row[0].timestamp() - stime_to_wall, seen < failure_at)
         for key, seen in consumer.first_seen.items()
         if key not in consumer.backlog
     ]
@@ -524,6 +546,7 @@ def _report(
             (round((a - heal_at) * 1000) for a in consumer.back_at[OWNER] if a > heal_at), None
         ),
         "baseline_latency_ms": None if baseline is None else round(baseline * 1000, 1),
+        "max_latency_ms": round(max(v for v, _ in lat) * 1000, 1) if lat else None,
         "max_added_latency_ms": None if added is None else round(added * 1000, 1),
         "max_delay_ms": round(float(holder.get("max_delay_seconds", 0)) * 1000),
         "read_errors": consumer.read_errors,
