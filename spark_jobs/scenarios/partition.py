@@ -52,6 +52,7 @@ from spark_jobs.scenarios.processes import AgentSettings, Placement, ProcessFede
 
 FEDERATION = Path(__file__).with_name("partition-federation.yaml")
 OWNER, HOLDER, TASK, SOURCE = "O", "T", "O.x", "O.conns"
+WINDOW_S = 4  # O.x's window in partition-federation.yaml
 REPLICAS = (OWNER, HOLDER)
 
 
@@ -353,7 +354,7 @@ def _run(
             return (
                 state["state"] == NodeState.STABLE.value
                 and boundary is not None
-                and boundary > int(state["replay_from"]) + 4
+                and boundary > int(state["replay_from"]) + WINDOW_S
                 and info(HOLDER)["rows"] > 0
             )
 
@@ -362,6 +363,19 @@ def _run(
             replica_caught_up,
             options.startup_timeout_s,
         )
+
+        def source_end() -> int:
+            with StreamClient(_location(admin, OWNER), timeout=5.0, tokens=tokens) as client:
+                return int(client.info(output_stream(SOURCE))["boundary"] or 0)
+
+        def primary_caught_up() -> bool:
+            # O starts on its source's whole log (its Spark took a minute to start, the source
+            # published meanwhile): latencies before the cut mean something only once it has
+            # worked through that backlog, to within two windows of the source.
+            return (info(OWNER)["boundary"] or 0) >= source_end() - 2 * WINDOW_S
+
+        with contextlib.suppress(TimeoutError):
+            _wait("O to work through its source's backlog", primary_caught_up, 120, every=1.0)
     processes = fed.processes()
     locations = {name: _location(admin, name) for name in REPLICAS}
     proxies = {name: FaultProxy(_port(locations[name])) for name in REPLICAS}
