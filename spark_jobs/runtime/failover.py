@@ -49,6 +49,7 @@ from app.participant.failover import (
 )
 from app.participant.ports import MovementRecord, TaskRecord
 from spark_jobs.fragments import catalogue
+from spark_jobs.runtime.active import ActiveReplicas
 from spark_jobs.runtime.host import FragmentSpec
 from spark_jobs.runtime.movement import AlreadyShipped, MoveAborted, NoCheckpoint, relocate
 from spark_jobs.runtime.registry_coordinator import PreparedMovementCoordinator
@@ -168,14 +169,21 @@ class AgentFailover:
     _stopped: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
+    # Active replicas (running DPC copies) this agent holds: spark_jobs.runtime.active.
+    active: ActiveReplicas | None = None
+
     def __post_init__(self) -> None:
         for line in self._events():
             self.namespaces[line["task"]] = int(line["namespace"])
+        if self.active is None:
+            self.active = ActiveReplicas(self.host)
 
     # -- the tick's upkeep -----------------------------------------------------------------
     def keep(self, tasks: list[dict[str, Any]], keeps: list[Keep], replicas: list[dict]) -> None:
         records = {str(t["name"]): TaskRecord.from_read(t) for t in tasks}
         self._ship_standbys(records, replicas)
+        assert self.active is not None
+        self.active.keep(records, keeps)
         for k in keeps:
             record = records.get(k.task)
             if k.recovery == "rollback" and record is not None and record.host != self.host.name:
@@ -237,6 +245,8 @@ class AgentFailover:
         self._stopped.set()
         if self._thread is not None:
             self._thread.join(timeout=SHIP_TIMEOUT_S)
+        if self.active is not None:
+            self.active.close()
 
     def _ship(self, record: TaskRecord, state: _Shipping) -> None:
         spec = state.spec
