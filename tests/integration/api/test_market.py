@@ -120,12 +120,12 @@ def test_bad_offers_write_nothing(abc: Api, db_url: str) -> None:
         (
             {"contract_id": ab["id"], "tasks": ["A.q1"], "price": 0.25, "loads": {"B.b1": 3}},
             422,
-            "loads.b1",
+            "loads.B.b1",
         ),
         (
             {"contract_id": ab["id"], "tasks": ["A.q1"], "price": 0.25, "loads": {"A.q1": -3}},
             422,
-            "loads.q1",
+            "loads.A.q1",
         ),
     ]
     for body, status, field in cases:

@@ -101,4 +101,4 @@ def test_a_standby_that_cannot_follow_leaves_the_replica_where_it_was(clients: d
     (replica,) = clients["admin"].replicas()
     assert replica["host"] == "B"
     assert moves == []
-    assert d.state.errors == ["move q: the checkpoint did not reach the new host"]
+    assert d.state.errors == ["move A.q: the checkpoint did not reach the new host"]
