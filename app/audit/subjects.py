@@ -25,6 +25,8 @@ from app.models import (
 )
 
 PARTICIPANT_ACTOR = "participant:"
+# session.info: participant ids of actors the session already knows (the authenticated caller).
+KNOWN_ACTORS = "fedload.audit.known_actors"
 
 
 @dataclass(frozen=True)
@@ -61,9 +63,17 @@ def concerned(session: Session, entry: AuditEntry, actors: dict[str, int | None]
     return Concerned(frozenset(ids), reason)
 
 
+def remember_actor(session: Session, actor: str, participant_id: int) -> None:
+    """``actor`` is participant ``participant_id``: its entries need no query to find it."""
+    session.info.setdefault(KNOWN_ACTORS, {})[actor] = participant_id
+
+
 def _actor_id(session: Session, actor: str, cache: dict[str, int | None]) -> int | None:
     if not actor.startswith(PARTICIPANT_ACTOR):
         return None
+    known_actors: dict[str, int] = session.info.get(KNOWN_ACTORS, {})
+    if actor in known_actors:
+        return known_actors[actor]
     if actor not in cache:
         name = actor.removeprefix(PARTICIPANT_ACTOR)
         # Usually the caller authenticated in this very session: no query then.
