@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.util import identity_key
 
 from app.models import (
     AuditEntry,
@@ -61,6 +62,30 @@ def concerned(session: Session, entry: AuditEntry, actors: dict[str, int | None]
         elif kind == "permit" and (permit := session.get(ReconciliationPermit, key)) is not None:
             ids.update(p for p in (permit.participant_id,) if p is not None)
     return Concerned(frozenset(ids), reason)
+
+
+# What an entry's entity_type names, for the rows ``concerned`` reads.
+_MODELS: dict[str, type] = {
+    "contract": Contract,
+    "task": Task,
+    "offer": Offer,
+    "movement": Movement,
+    "permit": ReconciliationPermit,
+}
+# session.info: the rows queued entries are about, held until the transaction ends.
+KEPT = "fedload.audit.kept"
+
+
+def keep_alive(session: Session, entry: AuditEntry) -> None:
+    """Hold the row ``entry`` is about while the session has it. The session's identity map
+    holds rows weakly: by the commit, where ``concerned`` reads the row, a row its service no
+    longer references would be read again from the database, one query per entry."""
+    model = _MODELS.get(entry.entity_type)
+    if model is None or entry.entity_id is None:
+        return
+    row = session.identity_map.get(identity_key(model, entry.entity_id))
+    if row is not None:
+        session.info.setdefault(KEPT, []).append(row)
 
 
 def remember_actor(session: Session, actor: str, participant_id: int) -> None:

@@ -1,7 +1,7 @@
 """Recently verified API keys, so that most requests authenticate without a query.
 
 Looking a key up cost a query on every request: about a sixth of a request's CPU in the
-service (``bench/api/profile.py``). A key a participant used a moment ago is remembered for
+service (``bench/api/cpu_profile.py``). A key a participant used a moment ago is remembered for
 ``FEDLOAD_KEY_CACHE_SECONDS`` (1 s by default; 0 turns the cache off), per worker process.
 
 What it may cost: a change of a participant's status or keys (suspension, rotation,

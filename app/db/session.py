@@ -130,7 +130,7 @@ def _ping_when_idle(engine: Engine) -> None:
     """Test a connection at checkout only when it sat idle in the pool for a while.
 
     ``pool_pre_ping`` tests every checkout: a round trip per request, a tenth of a request's
-    statements (``bench/api/profile.py``). A connection in steady use needs none: were the
+    statements (``bench/api/cpu_profile.py``). A connection in steady use needs none: were the
     database lost meanwhile, the request's first statement fails and is a 503 (app/overload.py),
     and the pool drops every connection older than the failure. One left idle (the server
     restarted overnight, a firewall forgot it) is tested, and replaced if dead, as before.

@@ -1,7 +1,7 @@
 """Participant names by id, remembered per application.
 
 Nearly every view names participants (a contract's parties, an offer's ends), which cost one
-query per request (``bench/api/profile.py``). A participant's name never changes and its id is
+query per request (``bench/api/cpu_profile.py``). A participant's name never changes and its id is
 never given to another, so a name once committed can be remembered for the life of the
 application. Only names read by a transaction that then committed are remembered: a
 participant created in a transaction that rolls back never enters the cache (SQLite may hand

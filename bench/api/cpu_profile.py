@@ -1,4 +1,4 @@
-"""Where one request's CPU goes: ``python -m bench.api.profile [--cycles 200] [--top 40]``.
+"""Where one request's CPU goes: ``python -m bench.api.cpu_profile [--cycles 200] [--top 40]``.
 
 The benchmark's cycle (``bench/api/run.py``: propose, get, list, counter, get, list offers,
 accept, get, list, list offers, terminate, get) replayed by one user, in this process, against
