@@ -243,7 +243,8 @@ def demo(
         "python",
         "--engine",
         help="With --scenario: python (DPC node processes) or spark (the fragments as Spark "
-        "streaming queries in their own processes).",
+        "streaming queries in their own processes); for partition also agents (fedload serve "
+        "and fedload agent processes, the replica an active DPC copy on a second agent).",
     ),
 ) -> None:
     """Run the Borealis load-management demo live: service, agent processes, Spark, report.
@@ -285,6 +286,9 @@ def _run_scenario(name: str, report: Path, quick: bool, engine: str = "python") 
     if name == "crash":
         _run_crash(report)
         return
+    if name == "partition" and engine == "agents":
+        _run_partition(report)
+        return
     from spark_jobs.ha.scenarios import ENGINES, SCENARIOS, Timings, run
 
     if name not in SCENARIOS:
@@ -313,6 +317,18 @@ def _run_crash(report: Path) -> None:
     directory = report / "crash" if report == Path("var/reports/demo") else report
     console.print(f"scenario crash: fedload serve and agent processes (reports in {directory})")
     result = run_crash(CrashOptions(report_dir=directory), console)
+    if not result["ok"]:
+        raise typer.Exit(1)
+
+
+def _run_partition(report: Path) -> None:
+    """The partition scenario through the product: ``fedload serve`` and ``fedload agent``
+    processes, an active replica on a second agent, the consumer's link to the primary cut."""
+    from spark_jobs.scenarios.partition import PartitionOptions, run_partition
+
+    directory = report / "partition" if report == Path("var/reports/demo") else report
+    console.print(f"scenario partition: fedload serve and agent processes (reports in {directory})")
+    result = run_partition(PartitionOptions(report_dir=directory), console)
     if not result["ok"]:
         raise typer.Exit(1)
 

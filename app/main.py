@@ -19,6 +19,8 @@ from app import __version__
 from app.admin.web import mount_admin
 from app.api_docs import mount_docs
 from app.audit.endpoints import router as audit_router
+from app.auth.key_cache import SESSION_INFO_KEY as KEY_CACHE_INFO
+from app.auth.key_cache import KeyCache
 from app.contracts.endpoints import router as contracts_router
 from app.dataplane.endpoints import router as dataplane_router
 from app.dataplane.service import SigningKey
@@ -36,6 +38,8 @@ from app.overload import install as install_overload_protection
 from app.overload import unavailable
 from app.participants.endpoints import router as participants_router
 from app.participants.inbox import HeartbeatArrivals, HeartbeatInbox, loop_watch
+from app.participants.name_cache import SESSION_INFO_KEY as NAME_CACHE_INFO
+from app.participants.name_cache import NameCache
 from app.participants.sweeper import FailureSweeper
 from app.permits.endpoints import router as permits_router
 from app.request_limits import RequestLimits
@@ -191,6 +195,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.session_factory = session_factory(settings.database_url, settings.database_options())
+    # Per worker: verified keys and participant names. The sessions carry both, so that a
+    # commit changing a participant's status or keys empties the first (app/auth/key_cache.py)
+    # and only committed names enter the second (app/participants/name_cache.py).
+    app.state.key_cache = KeyCache(settings.key_cache_seconds)
+    app.state.session_factory.configure(
+        info={KEY_CACHE_INFO: app.state.key_cache, NAME_CACHE_INFO: NameCache()}
+    )
     production = settings.environment == "production"
     app.state.dataplane_key = SigningKey(settings.dataplane_key_path, create=not production)
     if production:

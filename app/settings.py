@@ -33,6 +33,9 @@ class Settings(BaseSettings):
     admin_keys: str = ""
     # After ``POST /v1/participants/me/keys`` the old key keeps working this long (0: not at all).
     key_rotation_grace_seconds: float = Field(default=600.0, ge=0)
+    # A worker remembers a verified API key this long (app/auth/key_cache.py; 0: off): another
+    # worker's suspension or key revocation takes effect here within it.
+    key_cache_seconds: float = Field(default=1.0, ge=0, le=60)
     # Request logs: one JSON (or text) line per request on stderr. Unset: logging is left as it
     # is (tests, embedding); ``fedload serve`` sets json unless told otherwise.
     log_format: Literal["json", "text"] | None = None

@@ -23,7 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, SessionTransaction
 
 from app.audit.chain import GENESIS, ChainFields, entry_hash
-from app.audit.subjects import concerned
+from app.audit.subjects import KEPT, concerned, keep_alive
 from app.models import AuditEntry, AuditHead, AuditSubject
 
 PENDING = "fedload.audit.pending"
@@ -52,6 +52,7 @@ def queue(session: Session, entry: AuditEntry) -> None:
         PENDING, []
     )
     pending.append((entry, session.get_nested_transaction() or session.get_transaction()))
+    keep_alive(session, entry)
 
 
 def _seal(session: Session) -> None:
@@ -161,6 +162,7 @@ def _forget(session: Session, transaction: SessionTransaction) -> None:
     if transaction.parent is None:  # the whole transaction is over: nothing may carry over
         session.info.pop(PENDING, None)
         session.info.pop(SEALED, None)
+        session.info.pop(KEPT, None)
 
 
 event.listen(Session, "before_commit", _seal)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.util import identity_key
 
 from app.models import (
     AuditEntry,
@@ -25,6 +26,8 @@ from app.models import (
 )
 
 PARTICIPANT_ACTOR = "participant:"
+# session.info: participant ids of actors the session already knows (the authenticated caller).
+KNOWN_ACTORS = "fedload.audit.known_actors"
 
 
 @dataclass(frozen=True)
@@ -61,9 +64,41 @@ def concerned(session: Session, entry: AuditEntry, actors: dict[str, int | None]
     return Concerned(frozenset(ids), reason)
 
 
+# What an entry's entity_type names, for the rows ``concerned`` reads.
+_MODELS: dict[str, type] = {
+    "contract": Contract,
+    "task": Task,
+    "offer": Offer,
+    "movement": Movement,
+    "permit": ReconciliationPermit,
+}
+# session.info: the rows queued entries are about, held until the transaction ends.
+KEPT = "fedload.audit.kept"
+
+
+def keep_alive(session: Session, entry: AuditEntry) -> None:
+    """Hold the row ``entry`` is about while the session has it. The session's identity map
+    holds rows weakly: by the commit, where ``concerned`` reads the row, a row its service no
+    longer references would be read again from the database, one query per entry."""
+    model = _MODELS.get(entry.entity_type)
+    if model is None or entry.entity_id is None:
+        return
+    row = session.identity_map.get(identity_key(model, entry.entity_id))
+    if row is not None:
+        session.info.setdefault(KEPT, []).append(row)
+
+
+def remember_actor(session: Session, actor: str, participant_id: int) -> None:
+    """``actor`` is participant ``participant_id``: its entries need no query to find it."""
+    session.info.setdefault(KNOWN_ACTORS, {})[actor] = participant_id
+
+
 def _actor_id(session: Session, actor: str, cache: dict[str, int | None]) -> int | None:
     if not actor.startswith(PARTICIPANT_ACTOR):
         return None
+    known_actors: dict[str, int] = session.info.get(KNOWN_ACTORS, {})
+    if actor in known_actors:
+        return known_actors[actor]
     if actor not in cache:
         name = actor.removeprefix(PARTICIPANT_ACTOR)
         # Usually the caller authenticated in this very session: no query then.

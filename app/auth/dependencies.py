@@ -9,6 +9,8 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
+from app.audit.subjects import remember_actor
+from app.auth.key_cache import KeyCache
 from app.auth.keys import admin_for_key, hash_api_key
 from app.auth.principal import Principal, admin_named
 from app.db.base import utcnow
@@ -52,17 +54,30 @@ def current_principal(
         raise Unauthorized(
             "missing bearer token: send 'Authorization: Bearer <API key>'", field="Authorization"
         )
-    principal = _authenticate(credentials.credentials, settings, session)
+    principal = _authenticate(credentials.credentials, settings, session, _key_cache(request))
+    if principal.participant_id is not None:
+        # The caller's audit entries are about it: sealing them needs no lookup of its name.
+        remember_actor(session, principal.actor, principal.participant_id)
     # For the request log (app/observability): who asked, by name.
     request.state.principal = principal
     return principal
 
 
-def _authenticate(token: str, settings: Settings, session: Session) -> Principal:
+def _key_cache(request: Request) -> KeyCache | None:
+    cache = getattr(request.app.state, "key_cache", None)
+    return cache if isinstance(cache, KeyCache) else None
+
+
+def _authenticate(
+    token: str, settings: Settings, session: Session, cache: KeyCache | None = None
+) -> Principal:
     admin = admin_for_key(token, settings.admins)
     if admin is not None:
         return admin_named(admin)
     key_hash = hash_api_key(token)
+    known = cache.get(key_hash) if cache is not None else None
+    if known is not None:
+        return known
     by_previous_key = False
     participant = participants.get_by_key_hash(session, key_hash)
     if participant is None:
@@ -72,9 +87,12 @@ def _authenticate(token: str, settings: Settings, session: Session) -> Principal
         raise Unauthorized("unknown API key", field="Authorization")
     if participant.status is ParticipantStatus.suspended:
         raise Forbidden(f"participant {participant.name} is suspended", field="Authorization")
-    return Principal(
+    principal = Principal(
         participant_id=participant.id, name=participant.name, by_previous_key=by_previous_key
     )
+    if cache is not None:
+        cache.put(key_hash, principal)
+    return principal
 
 
 CurrentPrincipal = Annotated[Principal, Depends(current_principal)]

@@ -22,7 +22,9 @@ class TokenRequest(BaseModel):
 
     operations: list[Operation] = Field(min_length=1, max_length=8)
     stream: NameRef | None = Field(
-        default=None, description="A task's output stream, '<task>.out'."
+        default=None,
+        description="A task's output stream, '<task>.out', or an active replica's own log "
+        "of it on its holder H, '<task>.out@H' (and its DPC companion '<task>.out@H.dpc').",
     )
     task: NameRef | None = None
     movement: RowId | None = Field(

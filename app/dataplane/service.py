@@ -36,6 +36,13 @@ A consumer's runners may also acknowledge as ``<consumer>.<purpose>`` (a warm co
 ``X.warm-7``, a standby's ``X.standby``, an upstream backup's ``X.backup``): positions they keep
 for that consumer, never another's.
 
+Replica streams. An active replica of task ``X`` on participant ``H`` (a running DPC copy,
+``spark_jobs.runtime.active``) keeps its own log of ``X``'s output on its own endpoint:
+``X.out@H``, with its DPC companion ``X.out@H.dpc`` (``app.dataplane.streams``). ``H`` serves
+them, only while it holds a replica of ``X``; only ``H`` appends to or fences them; whoever may
+read ``X.out`` may read them (a consumer chooses which replica to read from), and its consumers
+acknowledge there as on ``X.out``.
+
 An admin gets ``read`` tokens for any stream (the operator checks outputs), nothing else.
 
 A caller who is no party to a stream's or task's records gets 404, the answer for an unknown
@@ -58,10 +65,9 @@ from sqlalchemy.orm import Session
 from app.auth.principal import Principal
 from app.dataplane import tokens
 from app.dataplane.schemas import DataplaneKeyRead, TokenRead, TokenRequest
+from app.dataplane.streams import StreamName, parse_stream
 from app.errors import Forbidden, InvalidInput, NotFound
 from app.models import Movement, MovementStatus, Participant, Replica, Task
-
-STREAM_SUFFIX = ".out"  # app.participant.ports.TaskRecord.output_stream names streams so
 
 
 class SigningKey:
@@ -177,12 +183,36 @@ def _operator_serving(session: Session, grant: tokens.Grant) -> str:
             "operations are between the participants the records name",
             field="operations",
         )
-    producer = session.scalar(
-        select(Task).where(Task.name == grant.stream.removesuffix(STREAM_SUFFIX))
-    )
-    if producer is None or not grant.stream.endswith(STREAM_SUFFIX):
+    named = parse_stream(grant.stream)
+    producer = None if named is None else _task_named(session, named.task)
+    if named is None or producer is None:
         raise NotFound(f"no stream {grant.stream!r}", field="stream")
+    if named.holder is not None:
+        return _replica_holder(session, producer, named, grant.stream)
     return _name(session, producer.owner_id)
+
+
+def _task_named(session: Session, name: str) -> Task | None:
+    return session.scalar(select(Task).where(Task.name == name))
+
+
+def _replica_holder(session: Session, task: Task, named: StreamName, stream: str) -> str:
+    """The participant that serves a replica stream: its holder, while it holds a replica."""
+    holder = session.scalar(select(Participant).where(Participant.name == named.holder))
+    holds = holder is not None and (
+        session.scalar(
+            select(Replica.id).where(
+                Replica.task_id == task.id, Replica.participant_id == holder.id
+            )
+        )
+        is not None
+    )
+    if not holds:
+        raise NotFound(
+            f"no stream {stream!r}: {named.holder} holds no replica of {task.name}",
+            field="stream",
+        )
+    return named.holder or ""
 
 
 def _name(session: Session, participant_id: int) -> str:
@@ -210,11 +240,10 @@ def _runners(session: Session, task: Task) -> set[int]:
 def _stream_serving(session: Session, me: int, grant: tokens.Grant) -> str:
     assert grant.stream is not None
     unknown = NotFound(f"no stream {grant.stream!r} of a task you take part in", field="stream")
-    if not grant.stream.endswith(STREAM_SUFFIX):
+    named = parse_stream(grant.stream)
+    if named is None:
         raise unknown
-    producer = session.scalar(
-        select(Task).where(Task.name == grant.stream.removesuffix(STREAM_SUFFIX))
-    )
+    producer = _task_named(session, named.task)
     if producer is None:
         raise unknown
     writers = {producer.owner_id, producer.host_id, *_prepared_targets(session, producer.id)}
@@ -232,9 +261,18 @@ def _stream_serving(session: Session, me: int, grant: tokens.Grant) -> str:
         readers |= {task.owner_id, *_runners(session, task)}
     if me not in readers:
         raise unknown
+    serving: str | None = None
+    if named.holder is not None:
+        # A replica's own log: read as the task's output is, written and served by its holder
+        # (asked only once the caller is a party: a stranger learns nothing of replicas).
+        serving = _replica_holder(session, producer, named, grant.stream)
+        writers = {session.scalar(select(Participant.id).where(Participant.name == serving)) or -1}
     refused = []
     if grant.operations & {tokens.APPEND, tokens.FENCE} and me not in writers:
-        refused.append("append to or fence it (only its producer's host and owner do)")
+        refused.append(
+            "append to or fence it (only its producer's host and owner do; a replica's log, "
+            "only its holder)"
+        )
     if tokens.ACK in grant.operations:
         consumer = _consumer_acked_as(consumers, grant.consumer)
         if consumer is None or me not in _runners(session, consumer):
@@ -244,7 +282,7 @@ def _stream_serving(session: Session, me: int, grant: tokens.Grant) -> str:
             )
     if refused:
         raise Forbidden(f"you may not {' or '.join(refused)}: {grant.stream}", field="operations")
-    return _name(session, producer.owner_id)
+    return serving if serving is not None else _name(session, producer.owner_id)
 
 
 def _consumer_acked_as(consumers: list[Task], name: str | None) -> Task | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 
@@ -114,9 +116,41 @@ def _create_engine(url: str, options: DatabaseOptions) -> Engine:
             "keepalives_interval": 5,
             "keepalives_count": 3,
         }
-    return create_engine(
-        url, pool_pre_ping=True, connect_args=connect_args, **_pool_arguments(url, options)
-    )
+    engine = create_engine(url, connect_args=connect_args, **_pool_arguments(url, options))
+    _ping_when_idle(engine)
+    return engine
+
+
+# A pooled connection unused this long is tested before it is handed out.
+IDLE_PING_SECONDS = 5.0
+_IDLE_SINCE = "fedload.idle_since"
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Test a connection at checkout only when it sat idle in the pool for a while.
+
+    ``pool_pre_ping`` tests every checkout: a round trip per request, a tenth of a request's
+    statements (``bench/api/cpu_profile.py``). A connection in steady use needs none: were the
+    database lost meanwhile, the request's first statement fails and is a 503 (app/overload.py),
+    and the pool drops every connection older than the failure. One left idle (the server
+    restarted overnight, a firewall forgot it) is tested, and replaced if dead, as before.
+    """
+
+    @event.listens_for(engine, "checkin")
+    def _checked_in(_dbapi_connection, record):  # type: ignore[no-untyped-def]
+        record.info[_IDLE_SINCE] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checked_out(dbapi_connection, record, _proxy):  # type: ignore[no-untyped-def]
+        idle_since = record.info.pop(_IDLE_SINCE, None)
+        if idle_since is None or time.monotonic() - idle_since < IDLE_PING_SECONDS:
+            return
+        try:
+            alive = engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:
+            raise DisconnectionError(f"an idle pooled connection is dead: {exc}") from exc
+        if not alive:
+            raise DisconnectionError("an idle pooled connection is dead")
 
 
 def session_factory(

@@ -28,6 +28,7 @@ from app.limits import (
 from app.market.cost_models import CostModelError, build_cost_model
 from app.resources import federation_schema_path
 from app.tasks.catalogue import FragmentError, Upstream, validate_fragment
+from app.tasks.naming import naming_error
 
 SCHEMA_PATH = federation_schema_path()  # in the checkout or inside the installed package
 # Contracts from a file with no explicit term run for a year from the moment they are applied.
@@ -384,6 +385,9 @@ def _build(data: dict[str, Any], where: _Locator, source: str) -> FederationDoc:
             raise where.error(["tasks", i, "name"], f"task {raw['name']!r} is listed twice")
         by_task[raw["name"]] = raw
         known(raw["owner"], ["tasks", i, "owner"])
+        wrong = naming_error(str(raw["name"]), str(raw["owner"]))
+        if wrong is not None:
+            raise where.error(["tasks", i, "name"], wrong)
         if "host" in raw:
             known(raw["host"], ["tasks", i, "host"])
     task_names = set(by_task)

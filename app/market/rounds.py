@@ -36,8 +36,13 @@ Model (stated here once; both implementations follow it to the float operation):
   not change (the Borealis poster's demonstration, step 4: "Load flows from node B to C and
   C to D", seeds/borealis-load-management-ha-poster.txt; DESIGN.md "Load can travel over several
   hops"). The chained offer is priced and accepted by the same rules as a direct one, at the
-  chain's end, and competes with direct offers for that taker's room. (6) Loads move; the next
-  round starts.
+  chain's end, and competes with direct offers for that taker's room. (5b) Smoothing: a
+  participant at or below its threshold that made no direct offer and would still gain by
+  shedding a unit at its cheapest floor offers along its shortest chain too
+  (``smoothing_offers``), as the per-task simulator and the live nodes offer whenever a task is
+  worth shedding at that floor; it is what takes wide price ranges to the continuous optimum
+  (``bench/whatif/README.md``, "What separates the final cost from the bound"). (6) Loads
+  move; the next round starts.
 - Threshold T_i: the largest integer load whose unit cost is at most p*_i + delta, where p*_i is
   the mean midpoint of i's contracts (a participant without contracts: the largest load below its
   capacity). Acceptable: the one rule of ``app.market.acceptability`` with unit tasks, which on
@@ -498,7 +503,9 @@ def accept_offers(rows: Sequence[OfferRows]) -> RoundMoves:
     )
 
 
-def plan_round(fed: LargeFederation, load: IntArray, *, relays: bool = True) -> RoundMoves:
+def plan_round(
+    fed: LargeFederation, load: IntArray, *, relays: bool = True, smooth: bool = True
+) -> RoundMoves:
     """Offers and acceptances of one round from the loads at its start.
 
     Direct offers first; then every participant still above its threshold without a direct
@@ -516,7 +523,55 @@ def plan_round(fed: LargeFederation, load: IntArray, *, relays: bool = True) -> 
         rows.append(
             relay_offers(fed, load, is_giver, giver[chosen], thresholds(fed), room_price(fed))
         )
+    if relays and smooth:
+        rows.append(smoothing_offers(fed, load, is_giver, giver[chosen], thresholds(fed), rows))
     return accept_offers(rows)
+
+
+def smoothing_offers(
+    fed: LargeFederation,
+    load: IntArray,
+    is_giver: BoolArray,
+    direct: IntArray,
+    threshold: IntArray,
+    others: Sequence[OfferRows],
+    *,
+    step: LevelStep | None = None,
+) -> OfferRows:
+    """Chained offers of participants at or below their threshold that would still gain by
+    shedding a unit at their cheapest contract's floor (the per-task simulator and the live
+    nodes offer whenever a task is worth shedding at that floor, whatever the threshold):
+    routed to the nearest participant that would take a unit even at its own lowest floor, so
+    both ends gain at a price inside the chain's range. A participant that is the taker of one
+    of the round's ``others`` offers does not smooth (no accepting while shedding)."""
+    cap, scale, delta = fed.capacity, fed.scale, fed.hysteresis
+    giver, _, pmin, pmax = fed.directed()
+    floor = np.full(fed.size, np.inf)
+    np.minimum.at(floor, giver, pmin)
+    ceiling = np.full(fed.size, -np.inf)
+    np.maximum.at(ceiling, giver, pmax)
+    has_contract = np.isfinite(floor)
+    at_floor = np.where(has_contract, floor, 1.0)
+    wanting = has_contract & (load <= threshold) & (load > keep_level(cap, scale, at_floor + delta))
+    wanting[direct] = False
+    wanting[np.concatenate([row[1] for row in others] or [np.zeros(0, np.int64)])] = False
+    empty_i, empty_f = np.zeros(0, np.int64), np.zeros(0, np.float64)
+    if not wanting.any():
+        return empty_i, empty_i, empty_f, empty_i, empty_i, empty_i
+    # Room is judged at the highest price a smoothing giver would pay (its saving on one unit
+    # less the band, within its ranges), inside each participant's own range: that giver has a
+    # deal with whichever end its route finds; a giver that would pay less than its end asks
+    # makes no offer this round and finds nearer room as the dearer ones settle. (At the
+    # floor, nobody has room once ranges are wide: no first unit costs less than a floor near
+    # zero; at the lowest giver's price, hardly anyone.)
+    shed = unit_cost(cap, scale, load.astype(np.float64)) - delta
+    highest = float(np.minimum(shed, ceiling)[wanting].max())
+    at_price = np.clip(highest, at_floor, np.where(has_contract, ceiling, 1.0))
+    has_room = has_contract & (load < fill_level(cap, scale, at_price - delta)) & ~is_giver
+    if not has_room.any():
+        return empty_i, empty_i, empty_f, empty_i, empty_i, empty_i
+    routes = route_to_room(fed, has_room, wanting, step=step)
+    return _chained_rows(fed, load, routes, wanting)
 
 
 def relay_offers(
@@ -544,7 +599,16 @@ def relay_offers(
     if not stuck.any() or not has_room.any():
         return empty_i, empty_i, empty_f, empty_i, empty_i, empty_i
     routes = route_to_room(fed, has_room, stuck, step=step)
-    g = np.flatnonzero(stuck & (routes.dist >= 1))
+    return _chained_rows(fed, load, routes, stuck)
+
+
+def _chained_rows(
+    fed: LargeFederation, load: IntArray, routes: Routes, wanting: BoolArray
+) -> OfferRows:
+    """The chained offers of the ``wanting`` participants that have a route: priced by the
+    negotiation over the chain's range, sized to the end's room at that price."""
+    cap, scale, delta = fed.capacity, fed.scale, fed.hysteresis
+    g = np.flatnonzero(wanting & (routes.dist >= 1))
     t = routes.end[g]
     out_g = unit_cost(cap[g], scale[g], load[g].astype(np.float64))
     in_t = unit_cost(cap[t], scale[t], load[t].astype(np.float64) + 1.0)
@@ -575,6 +639,7 @@ def run_rounds(
     max_rounds: int = 200,
     record_loads: bool = False,
     relays: bool = True,
+    smooth: bool = True,
     plan: Planner | None = None,
     on_round: Callable[[RoundRecord, float], None] | None = None,
 ) -> RoundsResult:
@@ -582,7 +647,8 @@ def run_rounds(
 
     ``plan`` replaces ``plan_round`` (the Spark job plans on its executors; everything else,
     the bookkeeping of one vector per participant, is this loop); ``on_round`` sees each round's
-    record and its wall seconds.
+    record and its wall seconds. ``smooth`` adds ``smoothing_offers`` (a ``plan`` must have
+    been built with the same choice).
     """
     threshold = thresholds(fed)
     load = fed.load.astype(np.int64).copy()
@@ -595,11 +661,12 @@ def run_rounds(
     for r in range(1, max_rounds + 1):
         began = time.perf_counter()
         if plan is None:
-            moves = plan_round(fed, load, relays=relays)
+            moves = plan_round(fed, load, relays=relays, smooth=smooth)
         else:
-            # Only a participant above its threshold offers along a chain: with none, the
-            # relay search is skipped (it would find no one to route for).
-            moves = plan(load, relays and above > 0)
+            # Only a participant above its threshold offers along a chain (or, smoothing, one
+            # below it with something to shed at its floor): with none, the relay search is
+            # skipped (it would find no one to route for).
+            moves = plan(load, relays and (above > 0 or smooth))
         if moves.giver.size == 0:
             break
         load = apply_moves(load, moves, fed.size)
@@ -694,6 +761,19 @@ def _water_filled_cost(
 ) -> float:
     """The M/M/1 cost of ``total`` load split at one marginal cost (bisection on it), each
     participant's share clipped to [low, high]."""
+    _, share = _water_filled_split(cap, scale, total, low, high, iterations)
+    return float(mm1_cost(cap, scale, share).sum())
+
+
+def _water_filled_split(
+    cap: FloatArray,
+    scale: FloatArray,
+    total: float,
+    low: FloatArray | float,
+    high: FloatArray | float,
+    iterations: int,
+) -> tuple[float, FloatArray]:
+    """The common marginal cost lambda and each participant's share at it (clipped)."""
 
     def placed(lam: float) -> FloatArray:
         return np.clip(cap - np.sqrt(scale * cap / lam), low, high)
@@ -707,7 +787,17 @@ def _water_filled_cost(
             lo = mid
         else:
             hi = mid
-    return float(mm1_cost(cap, scale, placed(hi)).sum())
+    return hi, placed(hi)
+
+
+def water_filling_split(fed: LargeFederation, *, iterations: int = 200) -> tuple[float, FloatArray]:
+    """The optimum behind ``water_filling_bound``: its common marginal cost lambda and every
+    participant's (fractional) load at it, for the diagnosis of what separates a run from it
+    (``bench/whatif/gap.py``). Raises ``LargeFederationError`` when the load cannot fit."""
+    total = float(fed.load.sum())
+    if total >= fed.capacity.sum():
+        raise LargeFederationError("load", "the total load does not fit the total capacity")
+    return _water_filled_split(fed.capacity, fed.scale, total, 0.0, np.inf, iterations)
 
 
 def generate_large(
@@ -721,6 +811,7 @@ def generate_large(
     seed: int = 0,
     hysteresis: float = 0.005,
     uneven: bool = False,
+    price_centre: float = BASE_PRICE,
 ) -> LargeFederation:
     """A random federation in which every participant has exactly k contracts.
 
@@ -733,6 +824,11 @@ def generate_large(
     BASE_PRICE with a relative range ``price_range_width``; the total load is ``utilisation`` times
     the total of thresholds, split with log-normal weights of sigma ``load_skew`` and capped
     below each capacity.
+
+    ``price_centre`` moves the contracts' ranges to another centre (same relative width) while
+    the loads stay those drawn at BASE_PRICE, so a seed gives the same participants and loads at
+    every centre: what a planner compares when asking "what if our contracts were priced lower?"
+    (the thresholds, derived from the prices, move with the centre).
     """
     n, k = participants, contracts_per_participant
     if n < 2:
@@ -757,6 +853,8 @@ def generate_large(
         raise LargeFederationError("utilisation", "must be positive")
     if hysteresis < 0:
         raise LargeFederationError("hysteresis", "must be >= 0")
+    if not price_centre > 0:
+        raise LargeFederationError("price_centre", "must be positive")
     rng = np.random.default_rng(seed)
     capacity = 100.0 * (1.0 + capacity_spread * rng.uniform(-1.0, 1.0, n))
     scale = np.ones(n)
@@ -785,4 +883,7 @@ def generate_large(
     weights = np.exp(load_skew * rng.standard_normal(n))
     ceiling = (np.ceil(capacity) - 1.0).astype(np.int64)
     load = np.minimum(np.floor(total * weights / weights.sum()).astype(np.int64), ceiling)
+    if price_centre != BASE_PRICE:
+        pmin = np.full(lo.size, price_centre * (1.0 - price_range_width / 2.0))
+        pmax = np.full(lo.size, price_centre * (1.0 + price_range_width / 2.0))
     return LargeFederation(capacity, scale, load, lo, hi, pmin, pmax, hysteresis)

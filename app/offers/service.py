@@ -421,7 +421,10 @@ def list_for(
 def to_read(session: Session, offers: list[Offer]) -> list[OfferRead]:
     task_ids = {tid for o in offers for tid in o.task_ids}
     task_ids |= {tid for o in offers for tid in o.detail.get("replica_task_ids", [])}
-    names = dict(session.execute(select(Task.id, Task.name).where(Task.id.in_(task_ids))).all())
+    names: dict[int, str] = {}
+    if task_ids:  # an empty page needs no query (every list of offers answers one page)
+        rows = session.execute(select(Task.id, Task.name).where(Task.id.in_(task_ids)))
+        names = {task_id: name for task_id, name in rows}
     people = participants.names_by_id(
         session,
         [o.from_id for o in offers]

@@ -116,6 +116,11 @@ class FedloadClient:
     def replicas(self) -> list[dict[str, Any]]:
         return self._list("/v1/replicas")
 
+    def report_replica_state(self, task: str, state: str) -> dict[str, Any]:
+        """This participant's replica of ``task`` is in DPC state ``state``."""
+        path = f"/v1/replicas/{quote(task, safe='')}/state"
+        return dict(self._call("PUT", path, json={"state": state}))
+
     # reconciliation permits (the registry's arbiter)
     def request_permit(self, fragment: str, replica: str) -> dict[str, Any]:
         path = f"/v1/permits/{quote(fragment, safe='')}/request"

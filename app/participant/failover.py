@@ -55,6 +55,8 @@ class Keep:
     task: str
     recovery: Recovery
     technique: str
+    # The contract's maximum incremental delay X (an active replica's delay budget); None: unset.
+    max_delay_seconds: float | None = None
 
 
 def recovery_of(terms: Mapping[str, Any] | None, technique: str) -> Recovery:
@@ -85,7 +87,15 @@ def kept(
             continue
         contract = by_id.get(int(r["contract_id"])) if r.get("contract_id") is not None else None
         terms = (contract or {}).get("availability")
-        out.append(Keep(str(r["task"]), recovery_of(terms, str(r["technique"])), r["technique"]))
+        delay = (terms or {}).get("max_delay_seconds")
+        out.append(
+            Keep(
+                str(r["task"]),
+                recovery_of(terms, str(r["technique"])),
+                r["technique"],
+                None if delay is None else float(delay),
+            )
+        )
     return out
 
 

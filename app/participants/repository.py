@@ -21,6 +21,7 @@ from app.models import (
     Replica,
     Task,
 )
+from app.participants import name_cache
 
 
 def get_by_key_hash(session: Session, key_hash: str) -> Participant | None:
@@ -54,13 +55,19 @@ def all_participants(
 
 
 def names_by_id(session: Session, ids: Iterable[int]) -> dict[int, str]:
-    wanted = list(set(ids))
-    if not wanted:
-        return {}
-    rows = session.execute(
-        select(Participant.id, Participant.name).where(Participant.id.in_(wanted))
-    )
-    return {pid: name for pid, name in rows}
+    """Names of the participants ``ids``; those the application already knows cost no query
+    (``app/participants/name_cache.py``)."""
+    wanted = set(ids)
+    names = name_cache.cached_names(session, wanted)
+    missing = list(wanted.difference(names))
+    if missing:
+        rows = session.execute(
+            select(Participant.id, Participant.name).where(Participant.id.in_(missing))
+        )
+        found = {pid: name for pid, name in rows}
+        name_cache.read_names(session, found)
+        names.update(found)
+    return names
 
 
 def latest_samples(session: Session) -> dict[int, ParticipantSample]:

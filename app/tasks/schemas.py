@@ -28,7 +28,11 @@ class TaskInputRead(TaskInput):
 class TaskCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(pattern=NAME_PATTERN)
+    name: str = Field(
+        pattern=NAME_PATTERN,
+        description="'<your participant name>.<local name>' (e.g. 'A.q01'); the local name has "
+        "letters, digits, '_' and '-' only. Any other name is a 422.",
+    )
     load: NonNegative = Field(description="Declared load in load units.")
     fragment: NameRef | None = Field(
         default=None,

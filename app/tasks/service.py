@@ -17,6 +17,7 @@ from app.movements import repository as movements_repo
 from app.participants import repository as participants
 from app.tasks import repository
 from app.tasks.catalogue import FragmentError, Upstream, validate_fragment
+from app.tasks.naming import naming_error
 from app.tasks.schemas import TaskCreate, TaskInputRead, TaskRead, TaskUpdate
 
 
@@ -76,6 +77,11 @@ def _checked_fragment(session: Session, data: TaskCreate, owner: Principal) -> d
 def declare(session: Session, principal: Principal, data: TaskCreate) -> Task:
     if principal.participant_id is None:
         raise InvalidInput("tasks belong to participants; the admin key owns none")
+    # Before any lookup: a name outside the caller's own namespace is refused for what it is,
+    # so the answer never depends on another participant's tasks.
+    wrong = naming_error(data.name, principal.name)
+    if wrong is not None:
+        raise InvalidInput(wrong, field="name")
     if repository.get_by_name(session, data.name) is not None:
         raise Conflict(f"a task named {data.name!r} already exists", field="name")
     params = _checked_fragment(session, data, principal)

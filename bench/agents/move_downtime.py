@@ -53,7 +53,7 @@ from app.federation.document import FederationDoc, TaskSpec, load_federation
 from app.participant.client import FedloadClient
 from bench.runtime.run import machine
 from spark_jobs.fragments import catalogue
-from spark_jobs.runtime.dataplane import registry_tokens
+from spark_jobs.runtime.dataplane import TokenSource, registry_tokens
 from spark_jobs.runtime.host import FragmentRuntime, FragmentSpec, StreamRef
 from spark_jobs.runtime.participant_host import (
     BUCKET_SECONDS,
@@ -167,19 +167,31 @@ class WrittenBatches:
     consumer's view of the fragment's output, whoever hosts it. A batch id is in the log once
     (a repeat is dropped), so every id is one batch that counted."""
 
-    def __init__(self, location: Callable[[], str | None], stream: str, every: float = 0.02):
+    def __init__(
+        self,
+        location: Callable[[], str | None],
+        stream: str,
+        every: float = 0.02,
+        tokens: TokenSource | None = None,
+    ):
         self._location, self._stream, self._every = location, stream, every
+        # The agents' endpoints refuse a call without a registry token; the baseline's own
+        # server in this process takes none.
+        self._tokens = tokens
         self.seen: dict[int, float] = {}
         self._stopped = threading.Event()
         threading.Thread(target=self._run, name=f"poll-{stream}", daemon=True).start()
 
     def _run(self) -> None:
         while not self._stopped.wait(self._every):
-            location = self._location()
-            if location is None:
-                continue
             try:
-                with StreamClient(location, timeout=1.0) as client:
+                # The owner's endpoint comes from the registry, which may be slow to answer on a
+                # busy machine: an error here must not end the poll (it did once: no batch was
+                # ever seen again and the run timed out).
+                location = self._location()
+                if location is None:
+                    continue
+                with StreamClient(location, timeout=1.0, tokens=self._tokens) as client:
                     written = client.info(self._stream)["written"]
             except Exception:  # the owner is busy or restarting: poll again
                 continue
@@ -481,7 +493,9 @@ def run(args: argparse.Namespace, work: Path, console: Console) -> dict[str, Any
             for name in (OWNER, GIVER, TAKER):
                 fed.start_agent(name, env=agent_env)
             admin = fed.admin()
-            output = out = WrittenBatches(lambda: admin.endpoint(OWNER), f"{FRAGMENT}.out")
+            output = out = WrittenBatches(
+                lambda: admin.endpoint(OWNER), f"{FRAGMENT}.out", tokens=registry_tokens(admin)
+            )
             set_base(admin, OWNER, OWNER_BASE)
             set_base(admin, GIVER, 10.0)
             set_base(admin, TAKER, LOW)

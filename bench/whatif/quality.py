@@ -1,13 +1,14 @@
 """The quality table of the round algorithm: fraction acceptable and cost against the bound.
 
 PYTHONPATH=. .venv/bin/python -m bench.whatif.quality [--participants 995] [--seeds 20]
-    [--k 1 2 3 ...] [--widths 0 0.05 0.1 0.15 0.2] [--no-relays] [--json FILE]
+    [--k 1 2 3 ...] [--widths 0 0.05 0.1 0.15 0.2] [--no-relays] [--no-smoothing] [--json FILE]
 
 Random underloaded federations (``app.market.rounds.generate_large``: load skew 1, capacity
 spread 0.3, total load 70% of the thresholds), one per seed and cell, run to a fixed point with
 ``run_rounds``. Per cell: the fraction that ends acceptable and the median ratio of the final
 total cost to the water-filling lower bound (``water_filling_bound``). ``--no-relays`` runs the
-mechanism without chained moves (the algorithm before this benchmark), to attribute the change.
+mechanism without chained moves (the algorithm before this benchmark), to attribute the change;
+``--no-smoothing`` without the chains of participants below their thresholds.
 Figures and the machine's load go in ``bench/whatif/README.md``.
 """
 
@@ -21,6 +22,7 @@ import statistics
 import time
 
 from app.market.rounds import (
+    BASE_PRICE,
     bounded_price_bound,
     generate_large,
     run_rounds,
@@ -29,7 +31,13 @@ from app.market.rounds import (
 
 
 def cell(
-    participants: int, k: int, width: float, seeds: int, relays: bool
+    participants: int,
+    k: int,
+    width: float,
+    seeds: int,
+    relays: bool,
+    smooth: bool = True,
+    price_centre: float = BASE_PRICE,
 ) -> dict[str, float | int | None]:
     acceptable = 0
     ratios: list[float] = []
@@ -45,8 +53,9 @@ def cell(
             utilisation=0.7,
             seed=seed,
             uneven=True,
+            price_centre=price_centre,
         )
-        result = run_rounds(fed, max_rounds=500, relays=relays)
+        result = run_rounds(fed, max_rounds=500, relays=relays, smooth=smooth)
         acceptable += result.acceptable
         cost = result.rounds[-1].cost if result.rounds else result.initial_cost
         ratios.append(cost / water_filling_bound(fed))
@@ -71,17 +80,34 @@ def main() -> None:
     parser.add_argument("--k", type=int, nargs="+", default=list(range(1, 11)))
     parser.add_argument("--widths", type=float, nargs="+", default=[0.0, 0.05, 0.1, 0.15, 0.2])
     parser.add_argument("--no-relays", action="store_true")
+    parser.add_argument("--no-smoothing", action="store_true")
+    parser.add_argument(
+        "--price-centre",
+        type=float,
+        default=BASE_PRICE,
+        help=f"centre of the contracts' price ranges (default {BASE_PRICE}: the thresholds' "
+        "marginal cost)",
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     began = time.perf_counter()
     load_before = os.getloadavg()[0]
     rows = [
-        cell(args.participants, k, width, args.seeds, not args.no_relays)
+        cell(
+            args.participants,
+            k,
+            width,
+            args.seeds,
+            not args.no_relays,
+            not args.no_smoothing,
+            args.price_centre,
+        )
         for width in args.widths
         for k in args.k
     ]
     print(
-        f"{args.participants} participants, {args.seeds} seeds per cell, relays: "
+        f"{args.participants} participants, {args.seeds} seeds per cell, prices centred at "
+        f"{args.price_centre}, relays: "
         f"{not args.no_relays}; load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}; "
         f"{time.perf_counter() - began:.0f} s"
     )

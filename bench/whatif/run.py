@@ -79,6 +79,32 @@ def _load_average() -> float:
     return os.getloadavg()[0]
 
 
+def _tree_cpu_seconds(root: int) -> float:
+    """CPU seconds (user + system) of ``root`` and every live descendant, including what their
+    reaped children used: for the Spark path the driver, the JVM and its Python workers (the
+    daemon's forked workers are counted by the daemon when they exit). Read from /proc."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        pid = int(entry)
+        parents[pid] = int(fields[1])
+        times[pid] = sum(int(v) for v in fields[11:15]) / ticks
+    total, stack = 0.0, [root]
+    while stack:
+        pid = stack.pop()
+        total += times.get(pid, 0.0)
+        stack.extend(child for child, parent in parents.items() if parent == pid)
+    return total
+
+
 def bench_sweep(spark: Any, sweep: GridSweep, repeats: int) -> tuple[dict[str, Any], pd.DataFrame]:
     """Interleaved runs (in-process, Spark, in-process, Spark, ...): the machine is shared, and
     interleaving exposes each pair to about the same background load; the median of the paired
@@ -93,22 +119,33 @@ def bench_sweep(spark: Any, sweep: GridSweep, repeats: int) -> tuple[dict[str, A
     on_spark = local = pd.DataFrame()
     for repeat in range(repeats):
         load_before = _load_average()
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.process_time()
         local = run_in_process(sweep, _progress(f"in-process #{repeat + 1}", sweep.size))
-        local_s = time.perf_counter() - began
-        began = time.perf_counter()
+        local_s, local_cpu = time.perf_counter() - began, time.process_time() - cpu
+        began, cpu = time.perf_counter(), _tree_cpu_seconds(os.getpid())
         on_spark = run_on_spark(spark, sweep, _progress(f"spark #{repeat + 1}", sweep.size))
         spark_s = time.perf_counter() - began
+        # Everything the Spark path burnt (driver, JVM, workers): the per-CPU-second figure does
+        # not depend on how many cores the machine lends it.
+        spark_cpu = _tree_cpu_seconds(os.getpid()) - cpu
         runs.append(
             {
                 "in_process_s": local_s,
                 "spark_s": spark_s,
                 "ratio": local_s / spark_s,
+                "in_process_cpu_s": local_cpu,
+                "spark_cpu_s": spark_cpu,
+                "in_process_per_cpu_s": sweep.size / local_cpu,
+                "spark_per_cpu_s": sweep.size / spark_cpu,
                 "load_average_before": load_before,
                 "load_average_after": _load_average(),
             }
         )
-        print(f"  run {repeat + 1}: in-process {local_s:.1f} s, Spark {spark_s:.1f} s", flush=True)
+        print(
+            f"  run {repeat + 1}: in-process {local_s:.1f} s ({local_cpu:.1f} CPU s), "
+            f"Spark {spark_s:.1f} s ({spark_cpu:.1f} CPU s)",
+            flush=True,
+        )
         try:
             pd.testing.assert_frame_equal(local, on_spark)
         except AssertionError:
@@ -126,6 +163,8 @@ def bench_sweep(spark: Any, sweep: GridSweep, repeats: int) -> tuple[dict[str, A
             # Each in-process run and the Spark run after it share the background load of the
             # machine, so the paired ratio is the figure; medians of the times are context.
             "ratio": statistics.median(r["ratio"] for r in runs),
+            "in_process_per_cpu_s": statistics.median(r["in_process_per_cpu_s"] for r in runs),
+            "spark_per_cpu_s": statistics.median(r["spark_per_cpu_s"] for r in runs),
             "runs": runs,
             "identical_results": identical,
             "errors": int(on_spark["error"].notna().sum()),
@@ -377,7 +416,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"sweep throughput: Spark local[2] {throughput['spark_per_s']:.1f} sims/s vs "
                 f"one process {throughput['in_process_per_s']:.1f} sims/s: ratio "
-                f"{throughput['ratio']:.2f} (identical results: "
+                f"{throughput['ratio']:.2f}; per CPU second {throughput['spark_per_cpu_s']:.1f}"
+                f" vs {throughput['in_process_per_cpu_s']:.1f} (identical results: "
                 f"{throughput['identical_results']})",
                 flush=True,
             )

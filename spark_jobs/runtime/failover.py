@@ -49,11 +49,12 @@ from app.participant.failover import (
 )
 from app.participant.ports import MovementRecord, TaskRecord
 from spark_jobs.fragments import catalogue
+from spark_jobs.runtime.active import ActiveReplicas
 from spark_jobs.runtime.host import FragmentSpec
 from spark_jobs.runtime.movement import AlreadyShipped, MoveAborted, NoCheckpoint, relocate
 from spark_jobs.runtime.registry_coordinator import PreparedMovementCoordinator
 from spark_jobs.runtime.shipping import DeltaShipper
-from spark_jobs.runtime.soutput import SOutput
+from spark_jobs.runtime.soutput import SOutput, write_namespace
 from spark_jobs.runtime.standby import (
     SHIP_TIMEOUT_S,
     STANDBY_SHIPMENT,
@@ -69,8 +70,6 @@ log = logging.getLogger("fedload.agent.failover")
 
 FAILOVERS = "failovers.jsonl"
 SHIP_EVERY_S = 1.0
-# A failover's batch ids: epoch << 32 | Spark's batch id (a query runs far fewer than 2**32).
-NAMESPACE_BITS = 32
 
 
 def standby_consumer(task: str) -> str:
@@ -114,8 +113,7 @@ class FailoverOutput(SOutput):
         namespace: int,
         written: Counter[tuple[Any, ...]] | None = None,
     ) -> None:
-        super().__init__(location, stream, epoch)
-        self.namespace = namespace
+        super().__init__(location, stream, epoch, namespace=namespace)
         # Rows the failed host already wrote, each left out once when computed again here.
         self.written_before = written
         self.left_out = 0
@@ -136,7 +134,7 @@ class FailoverOutput(SOutput):
             fresh = client.append(
                 self.stream,
                 table,
-                batch_id=(self.namespace << NAMESPACE_BITS) | batch_id,
+                batch_id=self.log_batch_id(batch_id),
                 epoch=self.epoch,
             )
         if fresh:
@@ -171,14 +169,21 @@ class AgentFailover:
     _stopped: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
+    # Active replicas (running DPC copies) this agent holds: spark_jobs.runtime.active.
+    active: ActiveReplicas | None = None
+
     def __post_init__(self) -> None:
         for line in self._events():
             self.namespaces[line["task"]] = int(line["namespace"])
+        if self.active is None:
+            self.active = ActiveReplicas(self.host)
 
     # -- the tick's upkeep -----------------------------------------------------------------
     def keep(self, tasks: list[dict[str, Any]], keeps: list[Keep], replicas: list[dict]) -> None:
         records = {str(t["name"]): TaskRecord.from_read(t) for t in tasks}
         self._ship_standbys(records, replicas)
+        assert self.active is not None
+        self.active.keep(records, keeps)
         for k in keeps:
             record = records.get(k.task)
             if k.recovery == "rollback" and record is not None and record.host != self.host.name:
@@ -240,6 +245,8 @@ class AgentFailover:
         self._stopped.set()
         if self._thread is not None:
             self._thread.join(timeout=SHIP_TIMEOUT_S)
+        if self.active is not None:
+            self.active.close()
 
     def _ship(self, record: TaskRecord, state: _Shipping) -> None:
         spec = state.spec
@@ -339,6 +346,14 @@ class AgentFailover:
         except MoveAborted:
             del self.namespaces[failover.task]
             raise
+        if runtime.store.local_root is not None:
+            # Carried with the checkpoint: a later move of the fragment writes in this space too.
+            write_namespace(runtime.checkpoint_dir(failover.task), movement.epoch)
+        else:
+            self._note(
+                f"{failover.task}: checkpoints are not local here; a later move of it writes "
+                "plain batch ids"
+            )
         line = {
             "task": failover.task,
             "from": failover.failed_host,

@@ -14,6 +14,7 @@ import json
 import logging
 import shutil
 import tarfile
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from pyspark.sql.types import StructType
 from spark_jobs.runtime.checkpoint_store import CheckpointStore
 from spark_jobs.runtime.dataplane import client_defaults
 from spark_jobs.runtime.listeners import ProgressListener
-from spark_jobs.runtime.soutput import SOutput
+from spark_jobs.runtime.soutput import SOutput, read_namespace
 from spark_jobs.runtime.sunion import SUnionDataSource
 from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient, StreamServer
 
@@ -215,6 +216,7 @@ class FragmentRuntime:
         self.store = CheckpointStore(checkpoint_root)
         # Local storage (a path or file:// URI) also serves DPC and standby, which read the tree.
         self.checkpoint_root = self.store.local_root or Path(self.store.root)
+        self._pace_root = self.store.local_root or Path(tempfile.gettempdir()) / f"fedload-{name}"
         self.server = server if server is not None else StreamServer()
         self.server.handler = self
         self.location = self.server.location
@@ -255,6 +257,17 @@ class FragmentRuntime:
 
     def checkpoint_dir(self, fragment: str) -> Path:
         return self._checkpoint_dirs.get(fragment, self.checkpoint_root / fragment)
+
+    def output_namespace(self, fragment: str) -> int:
+        """The output batch-id namespace ``fragment``'s checkpoint carries (``soutput``)."""
+        if self.store.local_root is None:
+            return 0
+        return read_namespace(self.checkpoint_dir(fragment))
+
+    def pace_file(self, fragment: str) -> Path:
+        """Where a warm copy of ``fragment`` paces this host's query (``runtime.pace``): on the
+        driver's disk (SUnion plans on the driver), beside the checkpoint root."""
+        return Path(f"{self._pace_root}.pace") / f"{fragment}.json"
 
     def use_checkpoint_dir(self, fragment: str, directory: Path) -> None:
         """Run ``fragment`` from ``directory`` from now on (a restarted DPC node that had
@@ -357,10 +370,17 @@ class FragmentRuntime:
             reader = reader.option("max_buckets_per_batch", str(spec.max_buckets_per_batch))
         for key, value in _credential_options(spec).items():
             reader = reader.option(key, value)
+        if slot == spec.name and "follow_file" not in spec.options:
+            reader = reader.option("pace_file", str(self.pace_file(slot)))
         for key, value in spec.options.items():
             reader = reader.option(key, value)
         if sink is None:
-            sink = SOutput(spec.output.location, spec.output.stream, epoch)
+            sink = SOutput(
+                spec.output.location,
+                spec.output.stream,
+                epoch,
+                namespace=self.output_namespace(slot),
+            )
         query = (
             spec.build(reader.load())
             .writeStream.queryName(f"{slot}@{self.name}")

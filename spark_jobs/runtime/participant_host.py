@@ -58,6 +58,7 @@ from app.participant.ports import Host, MovementRecord, Mover, Received, TaskRec
 from spark_jobs.fragments import catalogue
 from spark_jobs.generators import ConnectionGenerator, RateSchedule
 from spark_jobs.runtime import follow
+from spark_jobs.runtime.active import is_active_copy
 from spark_jobs.runtime.dataplane import (
     ClientDefaults,
     FlightAuth,
@@ -552,6 +553,8 @@ class SparkParticipantHost:
         local = set(store.fragments())
         local |= set(self.runtime.started())
         for fragment in local:
+            if is_active_copy(fragment):
+                continue  # an active replica's copy: spark_jobs.runtime.active keeps those
             record = self._records.get(fragment)
             if record is not None and record.host == self.name:
                 continue

@@ -16,18 +16,47 @@ Fragment outputs are small (alerts per window), so collecting a batch to the dri
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pyspark.sql import DataFrame
 
 from spark_jobs.runtime.transport import StreamClient
 
+# A fragment restarted from empty state by a failover numbers its micro-batches from 0 again,
+# and the output log drops an id it has seen: from then on its batch ids live in a space of
+# their own, namespace << 32 | Spark's batch id (a query runs far fewer than 2**32 batches).
+NAMESPACE_BITS = 32
+# The namespace travels with the fragment's checkpoint (a move ships the whole directory, and
+# Spark ignores files it does not know there), so a later move keeps writing in that space.
+NAMESPACE_FILE = "fedload-output-namespace"
+
+
+def read_namespace(checkpoint_dir: Path) -> int:
+    """The output batch-id namespace a checkpoint carries (0: Spark's own ids)."""
+    try:
+        return int((Path(checkpoint_dir) / NAMESPACE_FILE).read_text().strip())
+    except FileNotFoundError:
+        return 0
+
+
+def write_namespace(checkpoint_dir: Path, namespace: int) -> None:
+    directory = Path(checkpoint_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / NAMESPACE_FILE).write_text(f"{namespace}\n")
+
 
 class SOutput:
-    def __init__(self, location: str, stream: str, epoch: int) -> None:
+    def __init__(self, location: str, stream: str, epoch: int, *, namespace: int = 0) -> None:
         self.location = location
         self.stream = stream
         self.epoch = epoch
+        self.namespace = namespace
         self.written = 0
         self.skipped = 0
+
+    def log_batch_id(self, batch_id: int) -> int:
+        """The id Spark's batch ``batch_id`` has in the output log."""
+        return (self.namespace << NAMESPACE_BITS) | batch_id if self.namespace else batch_id
 
     def holds_boundaries(self) -> bool:
         """True while the output BOUNDARY must not advance (a DPC sink in failure)."""
@@ -40,7 +69,9 @@ class SOutput:
         """Append one micro-batch; False if the log already had it. Raises FencedError if stale."""
         table = batch.toArrow()
         with StreamClient(self.location) as client:
-            fresh = client.append(self.stream, table, batch_id=batch_id, epoch=self.epoch)
+            fresh = client.append(
+                self.stream, table, batch_id=self.log_batch_id(batch_id), epoch=self.epoch
+            )
         if fresh:
             self.written += 1
         else:

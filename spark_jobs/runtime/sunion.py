@@ -39,7 +39,9 @@ add the budget to every new bucket. ``pause_file`` (a DPC redo copy only): while
 the reader plans no new batch (the offset stays at its start), so the node can make the redo
 yield the cores to the serving query when a serving batch is due (``dpc.py``, ``DPCFragment``).
 ``follow_file`` (a warm copy, ``spark_jobs.runtime.follow``): plan the batch ranges that file
-names (the source's) rather than from the boundaries, until it says to lead.
+names (the source's) rather than from the boundaries, until it says to lead. ``pace_file`` (the
+source of a warm hand-off, ``spark_jobs.runtime.pace``): while that file says a copy is behind,
+plan the next batch only after a short hold, so the copy catches up.
 
 Unreachable inputs (a cut link, a partition). DPC exists to keep producing when an input is
 gone, so the source must not fail the query when a producer cannot be reached:
@@ -101,7 +103,7 @@ from pyspark.sql.types import StructType
 from app.availability.sunion import DelayStrategy, SUnion
 from app.availability.tuples import Message
 from app.dataplane.tokens import READ, Grant
-from spark_jobs.runtime import follow
+from spark_jobs.runtime import follow, pace
 from spark_jobs.runtime.dataplane import FileTokens, FixedToken, TokenSource
 from spark_jobs.runtime.transport import StreamClient
 
@@ -233,6 +235,7 @@ class SUnionReader(DataSourceStreamReader):
         self.budget_file = options.get("budget_file")
         self.pause_file = options.get("pause_file")
         self.follow_file = options.get("follow_file")
+        self.pace_file = options.get("pace_file")
         self.hold_healed = options.get("hold_healed", "true") == "true"
         self.call_timeout_s = self._positive_ms(options, "call_timeout_ms", 1000) / 1000
         self.info_timeout_s = self._positive_ms(options, "info_timeout_ms", 250) / 1000
@@ -504,6 +507,9 @@ class SUnionReader(DataSourceStreamReader):
             followed = follow.planned_end(self.follow_file, int(start["bucket"]))
             if followed is not None:
                 return {"bucket": followed}
+        if start is not None and self.pace_file is not None and pace.holds(self.pace_file):
+            # The source of a warm hand-off waits for its copy (spark_jobs.runtime.pace).
+            return start
         if self.delay_budget_ms is not None:
             result: dict[str, int] = self._dpc_offset(start)
             return result

@@ -315,6 +315,9 @@ class StreamServer(flight.FlightServerBase):
         # follows, for the target of the prepared movement, like a release.
         "action:warm": _movement_of(RELEASE),
         "action:offsets": _movement_of(RELEASE),
+        # An active replica's DPC state (spark_jobs.runtime.active), asked by the consumers of
+        # the log it writes: whoever may read that log may ask.
+        "action:dpc_state": _stream(READ),
         # For one movement (the aborted or committed one the registry names the caller in).
         "action:reinstate": _movement_of(REINSTATE),
         "action:retire": _movement_of(RETIRE),

@@ -186,8 +186,10 @@ def _warm(edges: Edges, value: Any) -> None:
 class SparkPlanner:
     """``rounds.plan_round`` with its per-edge work on the executors (see the module docstring)."""
 
-    def __init__(self, spark: SparkSession, fed: LargeFederation, partitions: int) -> None:
-        self.spark, self.fed, self.partitions = spark, fed, partitions
+    def __init__(
+        self, spark: SparkSession, fed: LargeFederation, partitions: int, smooth: bool = True
+    ) -> None:
+        self.spark, self.fed, self.partitions, self.smooth = spark, fed, partitions, smooth
         self._files = tempfile.TemporaryDirectory(prefix="fedload-large-")
         contracts = write_contracts(fed, Path(self._files.name))
         spark.sparkContext.addFile(str(contracts))
@@ -239,6 +241,12 @@ class SparkPlanner:
                     step=self._step,
                 )
             )
+        if relays and self.smooth:
+            rows.append(
+                rounds.smoothing_offers(
+                    fed, load, is_giver, direct_givers, self.threshold, rows, step=self._step
+                )
+            )
         return rounds.accept_offers(rows)
 
     def _step(
@@ -275,19 +283,21 @@ def run_rounds(
     record_loads: bool = False,
     on_round: Callable[[RoundRecord, float], None] | None = None,
     relays: bool = True,
+    smooth: bool = True,
     partitions: int | None = None,
 ) -> RoundsResult:
     """Rounds until no offer is made or ``max_rounds``; ``on_round`` sees each round's record.
 
     The same result as ``rounds.run_rounds(fed)``, with each round's planning on Spark.
     """
-    planner = SparkPlanner(spark, fed, partitions or default_partitions(spark))
+    planner = SparkPlanner(spark, fed, partitions or default_partitions(spark), smooth)
     try:
         return rounds.run_rounds(
             fed,
             max_rounds=max_rounds,
             record_loads=record_loads,
             relays=relays,
+            smooth=smooth,
             plan=planner,
             on_round=on_round,
         )

@@ -1,14 +1,14 @@
 """A small federation in which every kind of object exists, for the authorization tests.
 
-Roles (issue 15, item 3): A owns the tasks; B is A's partner and hosts the replica of ``q1``;
-C is A's partner too, with a replica-hosting contract but no copy of ``q1`` (the "wrong
+Roles (issue 15, item 3): A owns the tasks; B is A's partner and hosts the replica of ``A.q1``;
+C is A's partner too, with a replica-hosting contract but no copy of ``A.q1`` (the "wrong
 partner" that tried to take it over); D works with nobody (the outsider).
 
 - ``AB`` (replica hosting) and ``AC`` (replica hosting) are active; ``BC`` is proposed by B.
-- ``q1``: A's, hosted by A, its replica on B; A holds its reconciliation permit as ``A``.
-- ``q2``: A's, hosted by C (A sold it under ``AC``).
-- ``q3``: A's, in A's open offer to C (``offer``).
-- ``q4``: A's, sold to B: the movement A to B is prepared (``movement``), not committed.
+- ``A.q1``: A's, hosted by A, its replica on B; A holds its reconciliation permit as ``A``.
+- ``A.q2``: A's, hosted by C (A sold it under ``AC``).
+- ``A.q3``: A's, in A's open offer to C (``offer``).
+- ``A.q4``: A's, sold to B: the movement A to B is prepared (``movement``), not committed.
 
 Everyone has heartbeated a moment ago: the registry sees them online.
 
@@ -97,19 +97,19 @@ def build_world(api: Api, db_url: str) -> World:
     for name in (OWNER, REPLICA_HOST, WRONG_PARTNER, OUTSIDER):
         api.register(name)
     world.contracts["AB"] = world.contract(OWNER, REPLICA_HOST, accept=True)
-    world.task("q1")
+    world.task("A.q1")
     # Placed while B is A's only replica-hosting partner: the replica lands on B.
-    placed = world.ok(api.post(OWNER, "/v1/tasks/q1/replicas", {"k": 1}), 201)
+    placed = world.ok(api.post(OWNER, "/v1/tasks/A.q1/replicas", {"k": 1}), 201)
     assert [r["host"] for r in placed] == [REPLICA_HOST]
     world.contracts["AC"] = world.contract(OWNER, WRONG_PARTNER, accept=True)
     world.contracts["BC"] = world.contract(REPLICA_HOST, WRONG_PARTNER, accept=False)
-    world.ok(api.post(OWNER, "/v1/permits/q1/request", {"replica": OWNER}))
-    for name in ("q2", "q3", "q4"):
+    world.ok(api.post(OWNER, "/v1/permits/A.q1/request", {"replica": OWNER}))
+    for name in ("A.q2", "A.q3", "A.q4"):
         world.task(name)
-    world.sell("q2", "AC", WRONG_PARTNER, commit=True)
-    prepared = world.sell("q4", "AB", REPLICA_HOST, commit=False)
+    world.sell("A.q2", "AC", WRONG_PARTNER, commit=True)
+    prepared = world.sell("A.q4", "AB", REPLICA_HOST, commit=False)
     world.movement, world.epoch = int(prepared["id"]), int(prepared["epoch"])
-    body = {"contract_id": world.contracts["AC"], "tasks": ["q3"], "price": 0.9}
+    body = {"contract_id": world.contracts["AC"], "tasks": ["A.q3"], "price": 0.9}
     offer = world.ok(api.post(OWNER, "/v1/offers", body), 201)
     world.offer, world.versions["offer"] = int(offer["id"]), int(offer["version"])
     for name, cid in world.contracts.items():

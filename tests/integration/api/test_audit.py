@@ -95,7 +95,7 @@ def triggers_off(db_url: str) -> Iterator[sa.Connection]:
 
 def test_admin_reads_every_entry_and_a_participant_only_those_about_itself(abc: Api) -> None:
     contract = contract_between_a_and_b(abc)
-    assert abc.post("C", "/v1/tasks", {"name": "c1", "load": 1.0}).status_code == 201
+    assert abc.post("C", "/v1/tasks", {"name": "C.c1", "load": 1.0}).status_code == 201
 
     everything = [e for page in audit_pages(abc, "admin", limit=500) for e in page]
     actions = [(e["actor"], e["action"]) for e in everything]
@@ -130,7 +130,7 @@ def test_admin_reads_every_entry_and_a_participant_only_those_about_itself(abc: 
 
 def test_pages_follow_the_cursor_without_gaps_or_repeats(abc: Api) -> None:
     for n in range(4):
-        assert abc.post("A", "/v1/tasks", {"name": f"a{n}", "load": 1.0}).status_code == 201
+        assert abc.post("A", "/v1/tasks", {"name": f"A.a{n}", "load": 1.0}).status_code == 201
     whole = abc.get("admin", "/v1/audit").json()["items"]
     pages = audit_pages(abc, "admin", limit=3)
     assert [len(p) for p in pages] == [3, 3, 1]

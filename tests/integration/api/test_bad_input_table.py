@@ -65,7 +65,7 @@ CASES = [
         "A",
         "POST",
         "/v1/tasks",
-        '{"name": "q9", "load": -Infinity}',
+        '{"name": "A.q9", "load": -Infinity}',
         field="load",
         words="finite",
     ),
@@ -83,7 +83,7 @@ CASES = [
         "A",
         "POST",
         "/v1/tasks",
-        '{"name": "q9", "load": 1, "params": {"rate": NaN}}',
+        '{"name": "A.q9", "load": 1, "params": {"rate": NaN}}',
         field="params.rate",
         words="finite",
     ),
@@ -92,8 +92,8 @@ CASES = [
         "A",
         "POST",
         "/v1/offers",
-        '{"contract_id": 1, "tasks": ["q1"], "price": 0.9, "loads": {"q1": NaN}}',
-        field="loads.q1",
+        '{"contract_id": 1, "tasks": ["A.q1"], "price": 0.9, "loads": {"A.q1": NaN}}',
+        field="loads.A.q1",
         words="finite",
     ),
     Case(
@@ -111,7 +111,7 @@ CASES = [
         "A",
         "POST",
         "/v1/tasks",
-        {"name": "q9", "load": False},
+        {"name": "A.q9", "load": False},
         field="load",
         words="valid number",
     ),
@@ -138,7 +138,7 @@ CASES = [
         "A",
         "POST",
         "/v1/offers",
-        {"contract_id": 1, "tasks": ["q1"], "price": True},
+        {"contract_id": 1, "tasks": ["A.q1"], "price": True},
         field="price",
         words="valid number",
     ),
@@ -155,7 +155,7 @@ CASES = [
         "k true",
         "A",
         "POST",
-        "/v1/tasks/q1/replicas",
+        "/v1/tasks/A.q1/replicas",
         {"k": True},
         field="k",
         words="valid integer",
@@ -202,7 +202,7 @@ CASES = [
         "A",
         "POST",
         "/v1/tasks",
-        {"name": "q9", "load": 1, "fragment": "gen\u0000"},
+        {"name": "A.q9", "load": 1, "fragment": "gen\u0000"},
         field="fragment",
         words="NUL",
     ),
@@ -228,7 +228,7 @@ CASES = [
         "NUL in a permit's replica",
         "A",
         "POST",
-        "/v1/permits/q1/request",
+        "/v1/permits/A.q1/request",
         {"replica": "A\u0000"},
         field="replica",
         words="NUL",
@@ -293,7 +293,7 @@ CASES = [
         "A",
         "POST",
         "/v1/tasks",
-        {"name": "q9", "load": 1, "inputs": [{"task": "q1"}] * 1001},
+        {"name": "A.q9", "load": 1, "inputs": [{"task": "A.q1"}] * 1001},
         field="inputs",
         words="at most 1000",
     ),
@@ -329,7 +329,7 @@ CASES = [
         "A",
         "POST",
         "/v1/tasks",
-        '{"name": "q9", "load": ' + "9" * 5000 + "}",
+        '{"name": "A.q9", "load": ' + "9" * 5000 + "}",
         status=400,
         field="body",
         words="unusable JSON",
@@ -373,7 +373,7 @@ CASES = [
         "A",
         "POST",
         "/v1/offers",
-        {"contract_id": BIG, "tasks": ["q1"], "price": 0.9},
+        {"contract_id": BIG, "tasks": ["A.q1"], "price": 0.9},
         field="contract_id",
         words="less than or equal",
     ),
@@ -382,7 +382,7 @@ CASES = [
         "A",
         "POST",
         "/v1/offers",
-        {"contract_id": 1, "tasks": ["q1"], "price": 0.9, "relay_for": 10**20},
+        {"contract_id": 1, "tasks": ["A.q1"], "price": 0.9, "relay_for": 10**20},
         field="relay_for",
         words="less than or equal",
     ),
@@ -408,7 +408,7 @@ CASES = [
         "huge replica epoch",
         "A",
         "PUT",
-        "/v1/replicas/q1/state",
+        "/v1/replicas/A.q1/state",
         {"state": "STABLE", "epoch": BIG},
         field="epoch",
         words="less than or equal",
@@ -495,13 +495,13 @@ def _send(api: Api, case: Case) -> Any:
 
 
 def _prepare(api: Api) -> None:
-    """A, B, C; contract 1 between A and B, active at version 2; A owns and hosts q1."""
+    """A, B, C; contract 1 between A and B, active at version 2; A owns and hosts A.q1."""
     for name in ("A", "B", "C"):
         api.register(name)
     cid = api.propose("A", "B")["id"]
     assert cid == 1
     assert api.post("B", f"/v1/contracts/{cid}/accept", {"version": 1}).status_code == 200
-    assert api.post("A", "/v1/tasks", {"name": "q1", "load": 5}).status_code == 201
+    assert api.post("A", "/v1/tasks", {"name": "A.q1", "load": 5}).status_code == 201
 
 
 def test_every_bad_input_is_a_4xx_naming_the_field_and_writes_nothing(

@@ -71,7 +71,7 @@ def test_a_hundred_concurrent_clients_are_all_answered_without_a_500(service: st
             r = await client.get(f"/v1/contracts/{cid}", headers=keys[who])
         elif kind == 3:
             r = await client.post(
-                "/v1/tasks", json={"name": f"t{i}", "load": 1.0}, headers=keys[who]
+                "/v1/tasks", json={"name": f"{who}.t{i}", "load": 1.0}, headers=keys[who]
             )
         else:
             r = await client.get("/v1/participants", headers=keys[who])

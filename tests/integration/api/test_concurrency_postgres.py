@@ -93,11 +93,11 @@ def test_concurrent_accepts_of_one_offer_prepare_each_task_once(live_server: str
             headers=keys["A"],
         ).json()["id"]
         client.post(f"/v1/contracts/{cid}/accept", json={"version": 1}, headers=keys["B"])
-        for task in ("q1", "q2"):
+        for task in ("A.q1", "A.q2"):
             client.post("/v1/tasks", json={"name": task, "load": 5}, headers=keys["A"])
         oid = client.post(
             "/v1/offers",
-            json={"contract_id": cid, "tasks": ["q1", "q2"], "price": 0.25},
+            json={"contract_id": cid, "tasks": ["A.q1", "A.q2"], "price": 0.25},
             headers=keys["A"],
         ).json()["id"]
 
@@ -114,5 +114,5 @@ def test_concurrent_accepts_of_one_offer_prepare_each_task_once(live_server: str
 
     with httpx.Client(base_url=live_server, timeout=30) as client:
         movements = client.get("/v1/movements", headers=keys["B"]).json()
-    assert sorted(m["task"] for m in movements) == ["q1", "q2"]
+    assert sorted(m["task"] for m in movements) == ["A.q1", "A.q2"]
     assert {m["status"] for m in movements} == {"prepared"}

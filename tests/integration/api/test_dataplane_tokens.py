@@ -173,3 +173,58 @@ def test_standby_tokens_go_to_the_one_replica_holder_and_runners_keep_positions_
         "A", "/v1/tasks/A.x/replicas", {"k": 2, "technique": "passive_standby"}
     ).is_success
     assert ask(api, "A", **standby)[0] == 403
+
+
+def test_an_active_replicas_own_log_is_served_and_written_by_its_holder_alone(
+    api: Api, db_url: str
+) -> None:
+    """A hosts A.x; C holds its active replica, which keeps its own log A.x.out@C (and the DPC
+    companion A.x.out@C.dpc) on C's endpoint. Whoever reads A.x.out reads it; only C writes it;
+    a name for a participant that holds no replica is unknown."""
+    for name in ("A", "B", "C"):
+        api.register(name)
+    for partner, hosting in (("B", False), ("C", True)):
+        made = api.propose("A", partner, availability={"replica_hosting": hosting})
+        assert api.post(partner, f"/v1/contracts/{made['id']}/accept", {"version": 1}).is_success
+    for body in (
+        {"name": "A.src", "load": 1.0, "fragment": "generator"},
+        {
+            "name": "A.x",
+            "load": 5.0,
+            "fragment": "connections_per_source",
+            "inputs": [{"task": "A.src"}],
+        },
+    ):
+        assert api.post("A", "/v1/tasks", body).status_code == 201, body
+    placed = api.post("A", "/v1/tasks/A.x/replicas", {"k": 1, "technique": "active_standby"})
+    assert placed.status_code == 201, placed.text
+    assert placed.json()[0]["host"] == "C"
+
+    before = registry_snapshot(db_url)
+    for who, body, status in [
+        ("A", {"operations": ["append"], "stream": "A.x.out@C"}, 403),  # C's log, C's writes
+        ("B", {"operations": ["read"], "stream": "A.x.out@C"}, 404),  # no party to A.x
+        ("A", {"operations": ["read"], "stream": "A.x.out@B"}, 404),  # B holds no replica
+        ("C", {"operations": ["read"], "stream": "B.x.out@C"}, 404),  # no such task
+        ("A", {"operations": ["read"], "stream": "A.x.out@"}, 404),
+        ("admin", {"operations": ["append"], "stream": "A.x.out@C"}, 403),
+        ("admin", {"operations": ["read"], "stream": "A.x.out@B"}, 404),
+    ]:
+        got, answer = ask(api, who, **body)
+        assert got == status, (who, body, answer)
+        assert answer["detail"]
+    assert registry_snapshot(db_url) == before, "a refused token request wrote"
+
+    for who, body in [
+        ("C", {"operations": ["append", "fence"], "stream": "A.x.out@C"}),
+        ("C", {"operations": ["append"], "stream": "A.x.out@C.dpc"}),
+        ("A", {"operations": ["read"], "stream": "A.x.out@C"}),
+        ("A", {"operations": ["read"], "stream": "A.x.out@C.dpc"}),
+        ("admin", {"operations": ["read"], "stream": "A.x.out@C"}),
+    ]:
+        got, answer = ask(api, who, **body)
+        assert (got, answer.get("serving")) == (200, "C"), (who, body, answer)
+    # Its inputs: the copy reads and acknowledges as A.x.active, a position of its own.
+    body = {"operations": ["read", "ack"], "stream": "A.src.out", "consumer": "A.x.active"}
+    got, answer = ask(api, "C", **body)
+    assert (got, answer.get("serving")) == (200, "A"), answer

@@ -102,7 +102,7 @@ def test_a_database_lost_after_start_is_a_json_503_and_readyz_says_so(
         for method, path, body in [
             ("GET", "/v1/contracts", None),
             ("GET", "/v1/participants/me", None),
-            ("POST", "/v1/tasks", {"name": "t", "load": 1.0}),
+            ("POST", "/v1/tasks", {"name": "A.t", "load": 1.0}),
         ]:
             response = client.request(method, path, json=body, headers=key)
             assert response.status_code == 503, (path, response.text)

@@ -101,7 +101,7 @@ def test_failed_only_once_the_checked_window_closed_then_fenced_until_it_rejoins
     assert (late["heartbeat_interval_seconds"], late["heartbeat_misses"]) == (60, 3)
     assert api.get("admin", "/v1/participants/B").json()["liveness"] == "failed"
     # Fenced: it may not act as a host (offer, take, commit) until it rejoins.
-    offer = api.post("A", "/v1/offers", {"contract_id": 1, "tasks": ["q1"], "price": 0.25})
+    offer = api.post("A", "/v1/offers", {"contract_id": 1, "tasks": ["A.q1"], "price": 0.25})
     assert offer.status_code == 201, offer.text
     taken = api.post("B", f"/v1/offers/{offer.json()['id']}/accept", {"version": 1})
     assert (taken.status_code, taken.json()["field"]) == (409, "participant"), taken.text
@@ -161,4 +161,4 @@ def test_a_move_away_from_a_failed_host_is_left_to_its_target(api: Api, db_url: 
     assert api.get("B", f"/v1/movements/{movement}").json()["status"] == "prepared"
     committed = api.post("B", f"/v1/movements/{movement}/commit", {"epoch": 1})
     assert committed.status_code == 200, committed.text
-    assert api.get("admin", "/v1/tasks/q1/lease").json()["host"] == "B"
+    assert api.get("admin", "/v1/tasks/A.q1/lease").json()["host"] == "B"

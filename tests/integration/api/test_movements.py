@@ -24,7 +24,7 @@ from tests.support.databases import _truncate_all
 from tests.support.live_server import serve
 
 
-def prepared_move(api: Api, task: str = "q1") -> tuple[dict[str, Any], int]:
+def prepared_move(api: Api, task: str = "A.q1") -> tuple[dict[str, Any], int]:
     """A contract A-B, a task of A's, and an accepted offer: one prepared movement A -> B."""
     contract = api.propose("A", "B", price_min=0.2, price_max=0.3)
     assert (
@@ -47,7 +47,7 @@ def test_a_movement_is_read_by_its_parties_and_admins_only(abc: Api) -> None:
         assert r.status_code == 200, (who, r.text)
         assert r.json() == listed
     assert (listed["task"], listed["from"], listed["to"], listed["status"], listed["epoch"]) == (
-        "q1",
+        "A.q1",
         "A",
         "B",
         "prepared",
@@ -89,8 +89,8 @@ def test_abort_stale_aborts_only_movements_past_their_lease(abc: Api, db_url: st
     # A late commit by the target is refused: the task stayed with A.
     late = abc.post("B", f"/v1/movements/{mid}/commit", {"epoch": 1})
     assert late.status_code == 409 and late.json()["field"] == "status"
-    assert abc.get("A", "/v1/tasks/q1/lease").json() == {
-        "task": "q1",
+    assert abc.get("A", "/v1/tasks/A.q1/lease").json() == {
+        "task": "A.q1",
         "host": "A",
         "epoch": 0,
         "moving": False,
@@ -204,12 +204,12 @@ def test_a_prepared_movement_past_its_lease_is_aborted_by_the_running_service(
         headers=keys["A"],
     ).json()
     client.post(f"/v1/contracts/{contract['id']}/accept", json={"version": 1}, headers=keys["B"])
-    client.post("/v1/tasks", json={"name": "q1", "load": 5.0}, headers=keys["A"])
+    client.post("/v1/tasks", json={"name": "A.q1", "load": 5.0}, headers=keys["A"])
 
     def offer_and_accept() -> int:
         offer = client.post(
             "/v1/offers",
-            json={"contract_id": contract["id"], "tasks": ["q1"], "price": 0.25},
+            json={"contract_id": contract["id"], "tasks": ["A.q1"], "price": 0.25},
             headers=keys["A"],
         )
         assert offer.status_code == 201, offer.text
@@ -221,15 +221,15 @@ def test_a_prepared_movement_past_its_lease_is_aborted_by_the_running_service(
 
     started = time.monotonic()
     first = offer_and_accept()
-    assert client.get("/v1/tasks/q1/lease", headers=keys["A"]).json()["moving"] is True
+    assert client.get("/v1/tasks/A.q1/lease", headers=keys["A"]).json()["moving"] is True
     # B never commits (it crashed). Within the lease plus a sweep interval, the service aborts.
     while client.get(f"/v1/movements/{first}", headers=keys["A"]).json()["status"] == "prepared":
         assert time.monotonic() - started < 15, "the stale movement was never aborted"
         time.sleep(0.1)
     assert time.monotonic() - started >= 2.0  # not before its lease was over
     assert client.get(f"/v1/movements/{first}", headers=keys["B"]).json()["status"] == "aborted"
-    lease = client.get("/v1/tasks/q1/lease", headers=keys["A"]).json()
-    assert lease == {"task": "q1", "host": "A", "epoch": 0, "moving": False}
+    lease = client.get("/v1/tasks/A.q1/lease", headers=keys["A"]).json()
+    assert lease == {"task": "A.q1", "host": "A", "epoch": 0, "moving": False}
     late = client.post(f"/v1/movements/{first}/commit", json={"epoch": 1}, headers=keys["B"])
     assert late.status_code == 409
 
@@ -237,8 +237,8 @@ def test_a_prepared_movement_past_its_lease_is_aborted_by_the_running_service(
     second = offer_and_accept()
     committed = client.post(f"/v1/movements/{second}/commit", json={"epoch": 1}, headers=keys["B"])
     assert committed.status_code == 200, committed.text
-    assert client.get("/v1/tasks/q1/lease", headers=keys["A"]).json() == {
-        "task": "q1",
+    assert client.get("/v1/tasks/A.q1/lease", headers=keys["A"]).json() == {
+        "task": "A.q1",
         "host": "B",
         "epoch": 1,
         "moving": False,

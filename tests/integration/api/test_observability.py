@@ -76,10 +76,10 @@ def test_moves_offers_and_payments_are_counted_once_committed(abc: Api, db_url: 
     assert (
         abc.post("B", f"/v1/contracts/{contract['id']}/accept", {"version": 1}).status_code == 200
     )
-    for task in ("q1", "q2"):
+    for task in ("A.q1", "A.q2"):
         assert abc.post("A", "/v1/tasks", {"name": task, "load": 5.0}).status_code == 201
     moved = []
-    for task in ("q1", "q2"):
+    for task in ("A.q1", "A.q2"):
         offer = abc.post(
             "A", "/v1/offers", {"contract_id": contract["id"], "tasks": [task], "price": 0.25}
         ).json()

@@ -15,7 +15,7 @@ from tests.support.snapshot import registry_snapshot
 
 
 def offer(api: Api, contract: dict[str, Any], **extra: Any) -> Any:
-    body = {"contract_id": contract["id"], "tasks": ["q1"], "price": 0.22, **extra}
+    body = {"contract_id": contract["id"], "tasks": ["A.q1"], "price": 0.22, **extra}
     return api.post("A", "/v1/offers", body)
 
 
@@ -35,7 +35,7 @@ def commit_all(api: Api, who: str, movement_ids: list[int]) -> list[dict[str, An
 
 def test_both_reservations_set_the_agreed_price_of_movements_tasks_and_payments(abc: Api) -> None:
     ab = active_contract(abc, "A", "B")  # range [0.2, 0.3]
-    declare(abc, "A", "q1", load=10)
+    declare(abc, "A", "A.q1", load=10)
     made = offer(abc, ab, reservation_price=0.28)
     assert made.status_code == 201, made.text
     assert made.json()["agreed_price"] is None and "reservation_price" not in made.json()
@@ -51,7 +51,7 @@ def test_both_reservations_set_the_agreed_price_of_movements_tasks_and_payments(
 
     (move,) = commit_all(abc, "B", body["movement_ids"])
     assert move["price"] == pytest.approx(0.26)
-    task = abc.get("A", "/v1/tasks/q1").json()
+    task = abc.get("A", "/v1/tasks/A.q1").json()
     assert (task["host"], task["price"]) == ("B", pytest.approx(0.26))
     assert abc.post("A", "/v1/participants/me/heartbeat", {"load": 0}).status_code == 200
     ledger = abc.get("A", f"/v1/contracts/{ab['id']}/ledger").json()
@@ -62,25 +62,25 @@ def test_both_reservations_set_the_agreed_price_of_movements_tasks_and_payments(
 
 def test_without_reservations_the_offered_price_stands(abc: Api) -> None:
     ab = active_contract(abc, "A", "B")
-    declare(abc, "A", "q1")
+    declare(abc, "A", "A.q1")
     made = offer(abc, ab)
     taken = accept(abc, made.json()["id"])
     assert taken.json()["agreed_price"] == 0.22
     (move,) = commit_all(abc, "B", taken.json()["movement_ids"])
     assert move["price"] == 0.22
     # Only one side's reservation: the offered price, which the giver's covers ...
-    declare(abc, "A", "q2")
+    declare(abc, "A", "A.q2")
     made = abc.post(
         "A",
         "/v1/offers",
-        {"contract_id": ab["id"], "tasks": ["q2"], "price": 0.22, "reservation_price": 0.29},
+        {"contract_id": ab["id"], "tasks": ["A.q2"], "price": 0.22, "reservation_price": 0.29},
     )
     assert accept(abc, made.json()["id"]).json()["agreed_price"] == 0.22
 
 
 def test_a_taker_reservation_alone_must_be_met_by_the_offered_price(abc: Api, db_url: str) -> None:
     ab = active_contract(abc, "A", "B")
-    declare(abc, "A", "q1")
+    declare(abc, "A", "A.q1")
     made = offer(abc, ab).json()
     before = registry_snapshot(db_url)
     refused = accept(abc, made["id"], reservation_price=0.23)
@@ -103,7 +103,7 @@ def test_no_price_for_both_is_refused_naming_reservation_price_and_writes_nothin
     abc: Api, db_url: str, giver: float, taker: float, words: str
 ) -> None:
     ab = active_contract(abc, "A", "B")
-    declare(abc, "A", "q1")
+    declare(abc, "A", "A.q1")
     made = offer(abc, ab, reservation_price=giver).json()
     before = registry_snapshot(db_url)
     refused = accept(abc, made["id"], reservation_price=taker)
@@ -123,8 +123,8 @@ def _raw(api: Api, who: str, path: str, text: str) -> Any:
 
 def test_bad_reservations_are_422_naming_the_field_and_write_nothing(abc: Api, db_url: str) -> None:
     ab = active_contract(abc, "A", "B")
-    declare(abc, "A", "q1")
-    base = {"contract_id": ab["id"], "tasks": ["q1"], "price": 0.25}
+    declare(abc, "A", "A.q1")
+    base = {"contract_id": ab["id"], "tasks": ["A.q1"], "price": 0.25}
     before = registry_snapshot(db_url)
     for value in (-0.1, "cheap"):
         r = abc.post("A", "/v1/offers", {**base, "reservation_price": value})

@@ -29,15 +29,15 @@ def walk(api: Api, who: str, path: str) -> list[list[dict[str, Any]]]:
 
 def test_a_long_task_list_is_walked_once_in_order_even_while_it_grows(abc: Api) -> None:
     for i in range(23):
-        r = abc.post("A", "/v1/tasks", {"name": f"t{i:02d}", "load": 1.0})
+        r = abc.post("A", "/v1/tasks", {"name": f"A.t{i:02d}", "load": 1.0})
         assert r.status_code == 201, r.text
     first = abc.get("A", "/v1/tasks?limit=5")
-    assert [t["name"] for t in first.json()] == ["t00", "t01", "t02", "t03", "t04"]
+    assert [t["name"] for t in first.json()] == ["A.t00", "A.t01", "A.t02", "A.t03", "A.t04"]
     # A task named before the cursor appears after the walk began: not seen, nothing repeats.
-    assert abc.post("A", "/v1/tasks", {"name": "t00a", "load": 1.0}).status_code == 201
+    assert abc.post("A", "/v1/tasks", {"name": "A.t00a", "load": 1.0}).status_code == 201
     pages = [first.json(), *walk(abc, "A", first.links["next"]["url"])]
     names = [t["name"] for page in pages for t in page]
-    assert names == [f"t{i:02d}" for i in range(23)]
+    assert names == [f"A.t{i:02d}" for i in range(23)]
     assert [len(p) for p in pages] == [5, 5, 5, 5, 3]
     # Another participant's walk sees none of them (the filter survives the cursor).
     assert walk(abc, "B", "/v1/tasks?limit=5") == [[]]
@@ -94,10 +94,10 @@ def test_the_client_reads_whole_lists_across_pages(
 ) -> None:
     monkeypatch.setattr("app.participant.client.PAGE_SIZE", 2)
     for i in range(5):
-        assert abc.post("A", "/v1/tasks", {"name": f"c{i}", "load": 1.0}).status_code == 201
+        assert abc.post("A", "/v1/tasks", {"name": f"A.c{i}", "load": 1.0}).status_code == 201
     client = FedloadClient("http://testserver", abc.keys["A"], transport=abc.client._transport)
     try:
-        assert [t["name"] for t in client.tasks()] == [f"c{i}" for i in range(5)]
+        assert [t["name"] for t in client.tasks()] == [f"A.c{i}" for i in range(5)]
         assert {p["name"] for p in client.participants()} == {"A", "B", "C"}
     finally:
         client.close()
@@ -153,13 +153,13 @@ def test_etag_round_trip_on_a_contract_and_a_task(abc: Api) -> None:
     assert changed.status_code == 200 and changed.json()["version"] == 2
     assert changed.headers["etag"] != tag
 
-    assert abc.post("A", "/v1/tasks", {"name": "q", "load": 2.0}).status_code == 201
-    task = abc.get("A", "/v1/tasks/q")
+    assert abc.post("A", "/v1/tasks", {"name": "A.q", "load": 2.0}).status_code == 201
+    task = abc.get("A", "/v1/tasks/A.q")
     weak = f'W/{task.headers["etag"]}, "other"'
-    assert get_if_none_match(abc, "A", "/v1/tasks/q", weak).status_code == 304
+    assert get_if_none_match(abc, "A", "/v1/tasks/A.q", weak).status_code == 304
     assert (
-        abc.client.patch("/v1/tasks/q", json={"load": 3.0}, headers=abc.headers("A")).status_code
+        abc.client.patch("/v1/tasks/A.q", json={"load": 3.0}, headers=abc.headers("A")).status_code
         == 200
     )
-    again = get_if_none_match(abc, "A", "/v1/tasks/q", task.headers["etag"])
+    again = get_if_none_match(abc, "A", "/v1/tasks/A.q", task.headers["etag"])
     assert again.status_code == 200 and again.json()["load"] == 3.0

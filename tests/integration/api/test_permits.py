@@ -36,11 +36,11 @@ def settings(db_url: str) -> Settings:
 
 
 def seed_copies(api: Api) -> Api:
-    """A owns and hosts tasks C and D, each with one replica on B; E holds no copy of either."""
+    """A owns and hosts tasks A.C and A.D, each with one replica on B; E holds no copy of either."""
     for name in ("A", "B", "E"):
         api.register(name)
     contract(api, "A", "B", hosting=True)
-    for task in ("C", "D"):
+    for task in ("A.C", "A.D"):
         created = api.post("A", "/v1/tasks", {"name": task, "load": 10.0})
         assert created.status_code == 201, created.text
         placed = api.post("A", f"/v1/tasks/{task}/replicas", {"k": 1})
@@ -65,7 +65,7 @@ def snapshot(db_url: str) -> tuple[list[tuple[object, ...]], int]:
 
 
 def test_one_holder_renewal_release_and_fence(ab: Api) -> None:
-    first = ab.post("A", "/v1/permits/C/request", {"replica": "C1"})
+    first = ab.post("A", "/v1/permits/A.C/request", {"replica": "C1"})
     assert first.status_code == 200, first.text
     body = first.json()
     assert (body["granted"], body["holder"], body["participant"], body["fence"], body["held"]) == (
@@ -75,40 +75,41 @@ def test_one_holder_renewal_release_and_fence(ab: Api) -> None:
         1,
         True,
     )
-    refused = ab.post("B", "/v1/permits/C/request", {"replica": "C2"}).json()
+    refused = ab.post("B", "/v1/permits/A.C/request", {"replica": "C2"}).json()
     # Refused, with who holds the permit until when.
     assert (refused["granted"], refused["replica"], refused["holder"]) == (False, "C2", "C1")
     assert refused["expires_at"] == body["expires_at"] and refused["fence"] == 1
-    other = ab.post("B", "/v1/permits/D/request", {"replica": "D2"}).json()
+    other = ab.post("B", "/v1/permits/A.D/request", {"replica": "D2"}).json()
     assert (other["granted"], other["fence"]) == (True, 1), "each fragment has its own permit"
-    renewed = ab.post("A", "/v1/permits/C/request", {"replica": "C1"}).json()
+    renewed = ab.post("A", "/v1/permits/A.C/request", {"replica": "C1"}).json()
     assert (renewed["granted"], renewed["fence"]) == (True, 1), "a renewal keeps the fence"
     assert renewed["expires_at"] >= body["expires_at"]
 
-    stolen = ab.post("B", "/v1/permits/C/release", {"replica": "C2"})
+    stolen = ab.post("B", "/v1/permits/A.C/release", {"replica": "C2"})
     assert stolen.status_code == 409
     assert stolen.json() == {
-        "detail": "permit of fragment 'C': C2 does not hold the permit; C1 does",
+        "detail": "permit of fragment 'A.C': C2 does not hold the permit; C1 does",
         "field": "replica",
     }
     # Naming the holder is not enough: the permit was granted to A's replica.
-    impostor = ab.post("B", "/v1/permits/C/release", {"replica": "C1"})
+    impostor = ab.post("B", "/v1/permits/A.C/release", {"replica": "C1"})
     assert impostor.status_code == 403
     assert impostor.json() == {
-        "detail": "replica 'C1' of fragment 'C' is not participant 'B''s copy: it names "
+        "detail": "replica 'C1' of fragment 'A.C' is not participant 'B''s copy: it names "
         "another participant or was granted to another participant's copy",
         "field": "replica",
     }
 
-    released = ab.post("A", "/v1/permits/C/release", {"replica": "C1"})
+    released = ab.post("A", "/v1/permits/A.C/release", {"replica": "C1"})
     assert released.status_code == 200
     assert (released.json()["holder"], released.json()["held"]) == (None, False)
-    again = ab.post("A", "/v1/permits/C/release", {"replica": "C1"})
+    again = ab.post("A", "/v1/permits/A.C/release", {"replica": "C1"})
     assert again.status_code == 409
     assert (
-        again.json()["detail"] == "permit of fragment 'C': C1 does not hold the permit; nobody does"
+        again.json()["detail"]
+        == "permit of fragment 'A.C': C1 does not hold the permit; nobody does"
     )
-    second = ab.post("B", "/v1/permits/C/request", {"replica": "C2"}).json()
+    second = ab.post("B", "/v1/permits/A.C/request", {"replica": "C2"}).json()
     assert (second["granted"], second["holder"], second["fence"]) == (True, "C2", 2)
 
     listed = ab.get("admin", "/v1/permits")
@@ -116,8 +117,8 @@ def test_one_holder_renewal_release_and_fence(ab: Api) -> None:
     assert [
         (p["fragment"], p["holder"], p["participant"], p["fence"], p["held"]) for p in listed.json()
     ] == [
-        ("C", "C2", "B", 2, True),
-        ("D", "D2", "B", 1, True),
+        ("A.C", "C2", "B", 2, True),
+        ("A.D", "D2", "B", 1, True),
     ]
 
 
@@ -125,19 +126,19 @@ def test_only_an_admin_lists_permits(ab: Api) -> None:
     response = ab.get("A", "/v1/permits")
     assert response.status_code == 403
     assert response.json() == {"detail": "admin key required", "field": "Authorization"}
-    assert ab.client.post("/v1/permits/C/request", json={"replica": "C1"}).status_code == 401
+    assert ab.client.post("/v1/permits/A.C/request", json={"replica": "C1"}).status_code == 401
 
 
 @pytest.mark.parametrize(
     ("path", "body", "status", "field"),
     [
-        ("/v1/permits/C/request", {"replica": ""}, 422, "replica"),
-        ("/v1/permits/C/request", {}, 422, "replica"),
-        ("/v1/permits/C/request", {"replica": "C1", "lease": 5}, 422, "lease"),
-        ("/v1/permits/C/request", {"replica": "x" * 129}, 422, "replica"),
+        ("/v1/permits/A.C/request", {"replica": ""}, 422, "replica"),
+        ("/v1/permits/A.C/request", {}, 422, "replica"),
+        ("/v1/permits/A.C/request", {"replica": "C1", "lease": 5}, 422, "lease"),
+        ("/v1/permits/A.C/request", {"replica": "x" * 129}, 422, "replica"),
         ("/v1/permits/" + "f" * 129 + "/request", {"replica": "C1"}, 422, "path.fragment"),
         ("/v1/permits/%20/request", {"replica": "C1"}, 422, "fragment"),
-        ("/v1/permits/C/release", {"replica": 3}, 422, "replica"),
+        ("/v1/permits/A.C/release", {"replica": 3}, 422, "replica"),
     ],
 )
 def test_bad_input_is_refused_naming_the_field(
@@ -151,11 +152,11 @@ def test_bad_input_is_refused_naming_the_field(
 def test_lease_expiry_frees_the_permit_for_the_next_asker(ab: Api, db_url: str) -> None:
     t0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
     with unit_of_work(db_url) as session:
-        held = service.request(session, ADMIN, "C", "C1", lease_seconds=10, now=t0)
+        held = service.request(session, ADMIN, "A.C", "C1", lease_seconds=10, now=t0)
     assert (held.granted, held.fence, held.expires_at) == (True, 1, t0 + timedelta(seconds=10))
     with unit_of_work(db_url) as session:
         late = service.request(
-            session, ADMIN, "C", "C2", lease_seconds=10, now=t0 + timedelta(seconds=9.999)
+            session, ADMIN, "A.C", "C2", lease_seconds=10, now=t0 + timedelta(seconds=9.999)
         )
     assert (late.granted, late.holder, late.expires_at) == (
         False,
@@ -165,12 +166,12 @@ def test_lease_expiry_frees_the_permit_for_the_next_asker(ab: Api, db_url: str) 
     # C1 died without releasing: at the end of its lease the permit goes to C2, fenced anew.
     with unit_of_work(db_url) as session:
         taken = service.request(
-            session, ADMIN, "C", "C2", lease_seconds=10, now=t0 + timedelta(seconds=10)
+            session, ADMIN, "A.C", "C2", lease_seconds=10, now=t0 + timedelta(seconds=10)
         )
     assert (taken.granted, taken.holder, taken.fence) == (True, "C2", 2)
     with unit_of_work(db_url) as session:
         listed = service.listed(session)
-    assert [(p.fragment, p.holder, p.fence) for p in listed] == [("C", "C2", 2)]
+    assert [(p.fragment, p.holder, p.fence) for p in listed] == [("A.C", "C2", 2)]
 
 
 @pytest.fixture
@@ -192,7 +193,7 @@ def test_replicas_racing_for_one_permit_get_one_grant(ab: Api, live: str) -> Non
         replica = f"C{i % 2 + 1}"
         with httpx.Client(base_url=live, timeout=60) as c:
             start.wait()
-            r = c.post("/v1/permits/C/request", json={"replica": replica}, headers=keys[who])
+            r = c.post("/v1/permits/A.C/request", json={"replica": replica}, headers=keys[who])
             assert r.status_code == 200, r.text
             return dict(r.json())
 
@@ -206,7 +207,7 @@ def test_replicas_racing_for_one_permit_get_one_grant(ab: Api, live: str) -> Non
     assert {a["fence"] for a in answers} == {1}
     with httpx.Client(base_url=live, timeout=60) as client:
         listed = client.get("/v1/permits", headers=admin).json()
-    assert [(p["fragment"], p["holder"], p["fence"]) for p in listed] == [("C", winner, 1)]
+    assert [(p["fragment"], p["holder"], p["fence"]) for p in listed] == [("A.C", winner, 1)]
 
 
 @pytest.mark.parametrize(
@@ -236,24 +237,24 @@ def test_replicas_racing_for_one_permit_get_one_grant(ab: Api, live: str) -> Non
         ),
         (
             "E",
-            "/v1/permits/C/request",
+            "/v1/permits/A.C/request",
             "E",
             404,
             {
                 # As for an unknown name: E learns nothing about C (issue 15).
-                "detail": "no task named 'C' that you hold a copy of: a reconciliation "
+                "detail": "no task named 'A.C' that you hold a copy of: a reconciliation "
                 "permit is for a registered task and asked for by a copy of it",
                 "field": "fragment",
             },
         ),
         (
             "E",
-            "/v1/permits/C/release",
+            "/v1/permits/A.C/release",
             "C1",
             404,
             {
                 # As for an unknown name: E learns nothing about C (issue 15).
-                "detail": "no task named 'C' that you hold a copy of: a reconciliation "
+                "detail": "no task named 'A.C' that you hold a copy of: a reconciliation "
                 "permit is for a registered task and asked for by a copy of it",
                 "field": "fragment",
             },
@@ -261,11 +262,11 @@ def test_replicas_racing_for_one_permit_get_one_grant(ab: Api, live: str) -> Non
         # B hosts a replica of C, but A's copy is named after A: B cannot ask as it.
         (
             "B",
-            "/v1/permits/C/request",
+            "/v1/permits/A.C/request",
             "A",
             403,
             {
-                "detail": "replica 'A' of fragment 'C' is not participant 'B''s copy: it names "
+                "detail": "replica 'A' of fragment 'A.C' is not participant 'B''s copy: it names "
                 "another participant or was granted to another participant's copy",
                 "field": "replica",
             },
@@ -273,11 +274,11 @@ def test_replicas_racing_for_one_permit_get_one_grant(ab: Api, live: str) -> Non
         # E holds no copy of C, but its name stands for E's copies: not a name B may use.
         (
             "B",
-            "/v1/permits/C/release",
+            "/v1/permits/A.C/release",
             "E",
             403,
             {
-                "detail": "replica 'E' of fragment 'C' is not participant 'B''s copy: it names "
+                "detail": "replica 'E' of fragment 'A.C' is not participant 'B''s copy: it names "
                 "another participant or was granted to another participant's copy",
                 "field": "replica",
             },
@@ -285,11 +286,11 @@ def test_replicas_racing_for_one_permit_get_one_grant(ab: Api, live: str) -> Non
         # The permit is held by A's node C1: B asking as C1 would have "renewed" A's lease.
         (
             "B",
-            "/v1/permits/C/request",
+            "/v1/permits/A.C/request",
             "C1",
             403,
             {
-                "detail": "replica 'C1' of fragment 'C' is not participant 'B''s copy: it names "
+                "detail": "replica 'C1' of fragment 'A.C' is not participant 'B''s copy: it names "
                 "another participant or was granted to another participant's copy",
                 "field": "replica",
             },
@@ -299,10 +300,10 @@ def test_replicas_racing_for_one_permit_get_one_grant(ab: Api, live: str) -> Non
 def test_refusals_name_fragment_and_participant_and_write_nothing(
     ab: Api, db_url: str, who: str, path: str, replica: str, status: int, body: dict[str, str]
 ) -> None:
-    held = ab.post("A", "/v1/permits/C/request", {"replica": "C1"})
+    held = ab.post("A", "/v1/permits/A.C/request", {"replica": "C1"})
     assert held.status_code == 200 and held.json()["granted"] is True
     before = snapshot(db_url)
-    assert [r[:3] for r in before[0]] == [("C", "C1", 1)]
+    assert [r[:3] for r in before[0]] == [("A.C", "C1", 1)]
     refused = ab.post(who, path, {"replica": replica})
     assert (refused.status_code, refused.json()) == (status, body)
     assert snapshot(db_url) == before
@@ -310,21 +311,21 @@ def test_refusals_name_fragment_and_participant_and_write_nothing(
 
 def test_each_copy_host_and_the_admin_may_ask(ab: Api, db_url: str) -> None:
     # The replica host B, under its participant name (how the registry names its copy).
-    by_name = ab.post("B", "/v1/permits/D/request", {"replica": "B"}).json()
+    by_name = ab.post("B", "/v1/permits/A.D/request", {"replica": "B"}).json()
     assert (by_name["granted"], by_name["holder"], by_name["participant"]) == (True, "B", "B")
     # The primary host A, under a node name of its own, waits for B's lease.
-    waits = ab.post("A", "/v1/permits/D/request", {"replica": "D1"}).json()
+    waits = ab.post("A", "/v1/permits/A.D/request", {"replica": "D1"}).json()
     assert (waits["granted"], waits["holder"]) == (False, "B")
-    assert ab.post("B", "/v1/permits/D/release", {"replica": "B"}).status_code == 200
+    assert ab.post("B", "/v1/permits/A.D/release", {"replica": "B"}).status_code == 200
     # The operator may act for any copy, e.g. to free a permit a dead host holds.
-    admin = ab.post("admin", "/v1/permits/D/request", {"replica": "D1"}).json()
+    admin = ab.post("admin", "/v1/permits/A.D/request", {"replica": "D1"}).json()
     assert (admin["granted"], admin["holder"], admin["participant"], admin["fence"]) == (
         True,
         "D1",
         None,
         2,
     )
-    released = ab.post("admin", "/v1/permits/D/release", {"replica": "D1"}).json()
+    released = ab.post("admin", "/v1/permits/A.D/release", {"replica": "D1"}).json()
     assert (released["holder"], released["held"]) == (None, False)
     rows, _ = snapshot(db_url)
-    assert [(*r[:3], r[4]) for r in rows] == [("D", None, None, 2)]
+    assert [(*r[:3], r[4]) for r in rows] == [("A.D", None, None, 2)]

@@ -54,7 +54,7 @@ def test_a_renewal_under_a_name_granted_meanwhile_to_another_participant_is_refu
 
     first = session_factory(url)()
     try:
-        granted = service.request(first, a, "C", "C1", lease_seconds=3600)
+        granted = service.request(first, a, "A.C", "C1", lease_seconds=3600)
         assert (granted.granted, granted.fence) == (True, 1)
         outcome: dict[str, object] = {}
         pid: list[int] = []
@@ -65,7 +65,9 @@ def test_a_renewal_under_a_name_granted_meanwhile_to_another_participant_is_refu
                 with unit_of_work(url) as session:
                     pid.append(int(session.scalar(text("SELECT pg_backend_pid()")) or 0))
                     ready.set()
-                    outcome["decision"] = service.request(session, b, "C", "C1", lease_seconds=3600)
+                    outcome["decision"] = service.request(
+                        session, b, "A.C", "C1", lease_seconds=3600
+                    )
             except Forbidden as error:
                 outcome["error"] = error
             finally:
@@ -88,7 +90,7 @@ def test_a_renewal_under_a_name_granted_meanwhile_to_another_participant_is_refu
     assert isinstance(error, Forbidden), outcome
     assert (error.field, error.detail) == (
         "replica",
-        "replica 'C1' of fragment 'C' is not participant 'B''s copy: it names another "
+        "replica 'C1' of fragment 'A.C' is not participant 'B''s copy: it names another "
         "participant or was granted to another participant's copy",
     )
     with unit_of_work(url) as session:

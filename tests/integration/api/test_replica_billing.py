@@ -38,8 +38,8 @@ def test_owner_and_host_heartbeats_pay_the_replica_continuously(api: Api, db_url
     for name in ("A", "B"):
         api.register(name)
     contract(api, "A", "B", hosting=True, low=0.5)
-    assert api.post("A", "/v1/tasks", {"name": "q1", "load": 10.0}).status_code == 201
-    assert [r["host"] for r in api.post("A", "/v1/tasks/q1/replicas", {"k": 1}).json()] == ["B"]
+    assert api.post("A", "/v1/tasks", {"name": "A.q1", "load": 10.0}).status_code == 201
+    assert [r["host"] for r in api.post("A", "/v1/tasks/A.q1/replicas", {"k": 1}).json()] == ["B"]
     placed_at = _accrued_at(db_url)
     # Before this change no heartbeat charged a replica: A hosts its own primary, so nothing
     # else of A's was billed.
@@ -73,13 +73,13 @@ def test_replica_charges_do_not_hide_the_shed_primarys_interval(api: Api, db_url
         api.register(name)
     ab = contract(api, "A", "B", hosting=False, low=0.25)
     contract(api, "A", "C", hosting=True, low=0.5)
-    assert api.post("A", "/v1/tasks", {"name": "q1", "load": 4.0}).status_code == 201
-    offer = api.post("A", "/v1/offers", {"contract_id": ab["id"], "tasks": ["q1"], "price": 0.3})
+    assert api.post("A", "/v1/tasks", {"name": "A.q1", "load": 4.0}).status_code == 201
+    offer = api.post("A", "/v1/offers", {"contract_id": ab["id"], "tasks": ["A.q1"], "price": 0.3})
     assert offer.status_code == 201, offer.text
     accepted = api.post("B", f"/v1/offers/{offer.json()['id']}/accept", {"version": 1})
     (mid,) = accepted.json()["movement_ids"]
     assert api.post("B", f"/v1/movements/{mid}/commit", {"epoch": 1}).status_code == 200
-    assert [r["host"] for r in api.post("A", "/v1/tasks/q1/replicas", {"k": 1}).json()] == ["C"]
+    assert [r["host"] for r in api.post("A", "/v1/tasks/A.q1/replicas", {"k": 1}).json()] == ["C"]
     movements = api.get("admin", "/v1/movements").json()
     committed_at = datetime.fromisoformat(
         next(m for m in movements if m["id"] == mid)["finished_at"]

@@ -11,7 +11,7 @@ from tests.integration.api.test_replica_market import setup
 
 def _move(api: Api, src: str, dst: str, contract_id: int) -> dict[str, Any]:
     offer = api.post(
-        src, "/v1/offers", {"contract_id": contract_id, "replicas": ["q1"], "price": 0.35}
+        src, "/v1/offers", {"contract_id": contract_id, "replicas": ["A.q1"], "price": 0.35}
     )
     assert offer.status_code == 201, offer.text
     accepted = api.post(dst, f"/v1/offers/{offer.json()['id']}/accept", {"version": 1})
@@ -22,7 +22,7 @@ def _move(api: Api, src: str, dst: str, contract_id: int) -> dict[str, Any]:
 
 def _report(api: Api, who: str, epoch: int, state: str = "UP_FAILURE") -> Any:
     return api.client.put(
-        "/v1/replicas/q1/state",
+        "/v1/replicas/A.q1/state",
         json={"state": state, "epoch": epoch},
         headers=api.headers(who),
     )
@@ -47,7 +47,7 @@ def test_each_replica_move_raises_its_epoch_and_fences_the_old_host(api: Api) ->
     assert done.status_code == 200, done.text
     (moved,) = api.get("admin", "/v1/replicas").json()
     assert (moved["host"], moved["epoch"]) == ("C", 1)
-    lease = api.get("A", "/v1/tasks/q1/lease").json()
+    lease = api.get("A", "/v1/tasks/A.q1/lease").json()
     assert (lease["host"], lease["epoch"]) == ("A", 0), "the primary's epoch is untouched"
 
     back = _move(api, "C", "B", c["BC"]["id"])
@@ -61,7 +61,7 @@ def test_each_replica_move_raises_its_epoch_and_fences_the_old_host(api: Api) ->
     refused = _report(api, "B", 0)
     assert refused.status_code == 409
     assert refused.json() == {
-        "detail": "stale replica epoch 0: the replica of 'q1' is at epoch 2",
+        "detail": "stale replica epoch 0: the replica of 'A.q1' is at epoch 2",
         "field": "epoch",
     }
     ahead = _report(api, "B", 3)

@@ -35,8 +35,8 @@ def setup(api: Api) -> dict[str, dict[str, Any]]:
         "BD": contract(api, "B", "D", hosting=False, low=0.3),
         "BA": {},
     }
-    assert api.post("A", "/v1/tasks", {"name": "q1", "load": 10.0}).status_code == 201
-    placed = api.post("A", "/v1/tasks/q1/replicas", {"k": 1})
+    assert api.post("A", "/v1/tasks", {"name": "A.q1", "load": 10.0}).status_code == 201
+    placed = api.post("A", "/v1/tasks/A.q1/replicas", {"k": 1})
     assert [r["host"] for r in placed.json()] == ["B"], placed.text
     return out
 
@@ -46,27 +46,27 @@ def test_a_replica_is_offered_accepted_moved_and_paid_like_load(api: Api, db_url
     offer = api.post(
         "B",
         "/v1/offers",
-        {"contract_id": c["BC"]["id"], "replicas": ["q1"], "price": 0.35, "loads": {"q1": 9.0}},
+        {"contract_id": c["BC"]["id"], "replicas": ["A.q1"], "price": 0.35, "loads": {"A.q1": 9.0}},
     )
     assert offer.status_code == 201, offer.text
     body = offer.json()
-    assert (body["from"], body["to"], body["tasks"], body["replicas"]) == ("B", "C", [], ["q1"])
-    assert body["loads"] == {"q1": 9.0}
+    assert (body["from"], body["to"], body["tasks"], body["replicas"]) == ("B", "C", [], ["A.q1"])
+    assert body["loads"] == {"A.q1": 9.0}
 
     accepted = api.post("C", f"/v1/offers/{body['id']}/accept", {"version": 1})
     assert accepted.status_code == 200, accepted.text
     assert accepted.json()["status"] == "accepted"
-    assert accepted.json()["accepted_replicas"] == ["q1"]
+    assert accepted.json()["accepted_replicas"] == ["A.q1"]
     (mid,) = accepted.json()["movement_ids"]
     movement = next(m for m in api.get("C", "/v1/movements").json() if m["id"] == mid)
     assert (movement["task"], movement["from"], movement["to"], movement["replica"]) == (
-        "q1",
+        "A.q1",
         "B",
         "C",
         True,
     )
     # The primary is untouched by a replica's move: its host and lease stay.
-    assert api.get("A", "/v1/tasks/q1/lease").json()["host"] == "A"
+    assert api.get("A", "/v1/tasks/A.q1/lease").json()["host"] == "A"
 
     time.sleep(0.05)  # a measurable interval at the placement's terms
     committed = api.post("C", f"/v1/movements/{mid}/commit", {"epoch": movement["epoch"]})
@@ -75,15 +75,15 @@ def test_a_replica_is_offered_accepted_moved_and_paid_like_load(api: Api, db_url
 
     seen = api.get("admin", "/v1/replicas").json()
     assert [(r["task"], r["host"], r["load"], r["price"], r["contract_id"]) for r in seen] == [
-        ("q1", "C", 9.0, 0.35, c["BC"]["id"])
+        ("A.q1", "C", 9.0, 0.35, c["BC"]["id"])
     ]
-    lease = api.get("A", "/v1/tasks/q1/lease").json()
+    lease = api.get("A", "/v1/tasks/A.q1/lease").json()
     assert (lease["host"], lease["epoch"]) == ("A", 0)
 
     time.sleep(0.05)
     # The host's state report charges the replica's hops: A still pays B, and B pays C.
     report = api.client.put(
-        "/v1/replicas/q1/state", json={"state": "STABLE"}, headers=api.headers("C")
+        "/v1/replicas/A.q1/state", json={"state": "STABLE"}, headers=api.headers("C")
     )
     assert report.status_code == 200, report.text
     with unit_of_work(db_url) as session:
@@ -117,22 +117,22 @@ def test_an_offer_that_would_put_two_copies_on_one_participant_is_refused(
     ab = c["AB"]["id"]
     before = registry_snapshot(db_url)
     # A would hand the primary to B, which hosts its replica.
-    primary = api.post("A", "/v1/offers", {"contract_id": ab, "tasks": ["q1"], "price": 0.55})
+    primary = api.post("A", "/v1/offers", {"contract_id": ab, "tasks": ["A.q1"], "price": 0.55})
     assert primary.status_code == 409, primary.text
     assert primary.json()["field"] == "tasks[0]"
     assert "never two copies" in primary.json()["detail"]
     # B would hand the replica back to A, which hosts the primary.
-    back = api.post("B", "/v1/offers", {"contract_id": ab, "replicas": ["q1"], "price": 0.55})
+    back = api.post("B", "/v1/offers", {"contract_id": ab, "replicas": ["A.q1"], "price": 0.55})
     assert back.status_code == 409, back.text
     assert back.json()["field"] == "replicas[0]"
     # A replica only travels over a contract that allows replica hosting.
     to_d = api.post(
-        "B", "/v1/offers", {"contract_id": c["BD"]["id"], "replicas": ["q1"], "price": 0.35}
+        "B", "/v1/offers", {"contract_id": c["BD"]["id"], "replicas": ["A.q1"], "price": 0.35}
     )
     assert (to_d.status_code, to_d.json()["field"]) == (422, "replicas[0]")
     # Only the replica's host offers it.
     not_mine = api.post(
-        "C", "/v1/offers", {"contract_id": c["BC"]["id"], "replicas": ["q1"], "price": 0.35}
+        "C", "/v1/offers", {"contract_id": c["BC"]["id"], "replicas": ["A.q1"], "price": 0.35}
     )
     assert (not_mine.status_code, not_mine.json()["field"]) == (422, "replicas[0]")
     assert registry_snapshot(db_url) == before
@@ -144,10 +144,10 @@ def test_a_copy_arriving_meanwhile_makes_the_acceptance_fail_and_changes_nothing
     c = setup(api)
     contract(api, "A", "C", hosting=True)
     offer = api.post(
-        "B", "/v1/offers", {"contract_id": c["BC"]["id"], "replicas": ["q1"], "price": 0.35}
+        "B", "/v1/offers", {"contract_id": c["BC"]["id"], "replicas": ["A.q1"], "price": 0.35}
     ).json()
     # Before C decides, A asks for a second replica, which lands on C.
-    assert [r["host"] for r in api.post("A", "/v1/tasks/q1/replicas", {"k": 2}).json()] == ["C"]
+    assert [r["host"] for r in api.post("A", "/v1/tasks/A.q1/replicas", {"k": 2}).json()] == ["C"]
     before = registry_snapshot(db_url)
     refused = api.post("C", f"/v1/offers/{offer['id']}/accept", {"version": 1})
     assert refused.status_code == 409, refused.text
@@ -159,7 +159,7 @@ def test_moving_a_replica_back_unwinds_its_paid_hops(api: Api, db_url: str) -> N
     c = setup(api)
 
     def move(src: str, dst: str, contract: int, price: float) -> None:
-        body = {"contract_id": contract, "replicas": ["q1"], "price": price}
+        body = {"contract_id": contract, "replicas": ["A.q1"], "price": price}
         offer = api.post(src, "/v1/offers", body)
         assert offer.status_code == 201, offer.text
         accepted = api.post(dst, f"/v1/offers/{offer.json()['id']}/accept", {"version": 1})

@@ -6,7 +6,7 @@ party to the object) and a caller without a key get. An outsider never learns th
 exists: 404, as for an unknown id or name, never 403 or 409. Every refusal writes nothing. A
 route without a row fails ``test_every_route_has_a_row``, so a new route cannot ship unreviewed.
 
-The world (``authz_world``): A owns q1..q4; B is A's partner and hosts q1's replica; C is A's
+The world (``authz_world``): A owns A.q1..A.q4; B is A's partner and hosts q1's replica; C is A's
 partner without a copy of q1 and the addressee of contract BC and of A's open offer; D is the
 outsider.
 """
@@ -106,17 +106,19 @@ def on_movement(suffix: str = "", body: Callable[[World], Any] = lambda _: None)
 def failover_to_caller(world: World, caller: str) -> Call:
     # Each asks for q1 for itself: the wrong partner's ask is the issue's takeover.
     to = caller if caller in "ABCD" else "B"
-    return Call("/v1/movements", {"task": "q1", "to": to, "reason": "failover"})
+    return Call("/v1/movements", {"task": "A.q1", "to": to, "reason": "failover"})
 
 
 def offer_under_ac(world: World, _caller: str) -> Call:
     # C offers A's q2, which it hosts, back to A; B and D are no parties to AC.
-    return Call("/v1/offers", {"contract_id": world.contracts["AC"], "tasks": ["q2"], "price": 0.9})
+    return Call(
+        "/v1/offers", {"contract_id": world.contracts["AC"], "tasks": ["A.q2"], "price": 0.9}
+    )
 
 
 def permit(action: str) -> Callable[[World, str], Call]:
     return lambda _world, caller: Call(
-        f"/v1/permits/q1/{action}", {"replica": "A" if caller == "admin" else caller}
+        f"/v1/permits/A.q1/{action}", {"replica": "A" if caller == "admin" else caller}
     )
 
 
@@ -245,7 +247,7 @@ ROUTES: dict[Route, Row] = {
     # Tasks: their owner and host (and the admin).
     ("POST", "/v1/tasks"): Row(
         "a participant (it owns the task)",
-        fixed("/v1/tasks", {"name": "d1", "load": 1.0}),
+        fixed("/v1/tasks", {"name": "D.d1", "load": 1.0}),
         ("D", 201),
         None,
         admin=422,
@@ -259,20 +261,20 @@ ROUTES: dict[Route, Row] = {
     ),
     ("GET", "/v1/tasks/{name}"): Row(
         "its owner, its host, who is about to run it, the admin",
-        fixed("/v1/tasks/q2"),
+        fixed("/v1/tasks/A.q2"),
         ("C", 200),
         wrong_partner=("B", 404),
         admin=200,
     ),
     ("PATCH", "/v1/tasks/{name}"): Row(
         "its owner (load) and the admin (pin)",
-        fixed("/v1/tasks/q1", {"load": 6.0}),
+        fixed("/v1/tasks/A.q1", {"load": 6.0}),
         ("A", 200),
         wrong_partner=("C", 404),
     ),
     ("GET", "/v1/tasks/{name}/lease"): Row(
         "its owner, its host and the admin",
-        fixed("/v1/tasks/q2/lease"),
+        fixed("/v1/tasks/A.q2/lease"),
         ("C", 200),
         wrong_partner=("B", 404),
     ),
@@ -352,7 +354,7 @@ ROUTES: dict[Route, Row] = {
     # Replicas: the owner places them; each host reports its own.
     ("POST", "/v1/tasks/{name}/replicas"): Row(
         "the task's owner (and the admin)",
-        fixed("/v1/tasks/q1/replicas", {"k": 2}),
+        fixed("/v1/tasks/A.q1/replicas", {"k": 2}),
         ("A", 201),
         wrong_partner=("C", 404),
     ),
@@ -365,7 +367,7 @@ ROUTES: dict[Route, Row] = {
     ),
     ("PUT", "/v1/replicas/{task}/state"): Row(
         "the replica's host",
-        fixed("/v1/replicas/q1/state", {"state": "UP_FAILURE"}),
+        fixed("/v1/replicas/A.q1/state", {"state": "UP_FAILURE"}),
         ("B", 200),
         wrong_partner=("C", 404),
         admin=422,
@@ -392,7 +394,7 @@ ROUTES: dict[Route, Row] = {
         "the party the records name for the operation (a prepared movement's target releases)",
         lambda world, _caller: Call(
             "/v1/dataplane/tokens",
-            {"operations": ["release"], "task": "q4", "movement": world.movement},
+            {"operations": ["release"], "task": "A.q4", "movement": world.movement},
         ),
         ("B", 200),
         wrong_partner=("C", 404),

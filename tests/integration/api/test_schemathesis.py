@@ -56,8 +56,8 @@ def seeded_app(sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory) 
             api.register(name)
         cid = api.propose("A", "B")["id"]
         assert api.post("B", f"/v1/contracts/{cid}/accept", {"version": 1}).status_code == 200
-        assert api.post("A", "/v1/tasks", {"name": "q1", "load": 5}).status_code == 201
-        offer = {"contract_id": cid, "tasks": ["q1"], "price": 0.9}
+        assert api.post("A", "/v1/tasks", {"name": "A.q1", "load": 5}).status_code == 201
+        offer = {"contract_id": cid, "tasks": ["A.q1"], "price": 0.9}
         assert api.post("A", "/v1/offers", offer).status_code == 201
         yield app, api.keys
     dispose_engines(url)

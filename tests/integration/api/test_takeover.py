@@ -60,10 +60,10 @@ def test_a_partner_without_a_replica_cannot_take_the_owner_s_task(
     """The issue's attack: C has an active replica-hosting contract with A but no replica of
     q1, and asks to fail q1 over to itself while A is alive, then would commit it."""
     before = registry_snapshot(world.db_url)
-    refused = move(world, "C", "q1", "C", reason)
+    refused = move(world, "C", "A.q1", "C", reason)
     # C sees nothing of q1, so it learns nothing: the answer for an unknown name.
     assert refused.status_code == 404, refused.text
-    assert refused.json() == {"detail": "task 'q1' not found", "field": "task"}
+    assert refused.json() == {"detail": "task 'A.q1' not found", "field": "task"}
     assert move(world, "C", "no-such-task", "C", reason).json()["detail"] == (
         "task 'no-such-task' not found"
     )
@@ -71,41 +71,41 @@ def test_a_partner_without_a_replica_cannot_take_the_owner_s_task(
     # Not even once the owner has failed: C holds no copy of q1.
     world.fail("A")
     before = registry_snapshot(world.db_url)
-    assert move(world, "C", "q1", "C", reason).status_code == 404
+    assert move(world, "C", "A.q1", "C", reason).status_code == 404
     assert registry_snapshot(world.db_url) == before
-    assert host_of(world, "q1") == "A"
+    assert host_of(world, "A.q1") == "A"
 
 
 def test_the_host_cannot_hand_the_owner_s_task_to_a_stranger(world: World) -> None:
     """C hosts A's q2 (sold under A-C); D has no contract with A. Neither a failover nor a
     reconciliation, by C, by A or by an admin, puts q2 on D."""
     before = registry_snapshot(world.db_url)
-    by_host = move(world, "C", "q2", "D")
+    by_host = move(world, "C", "A.q2", "D")
     assert by_host.status_code == 403, by_host.text
     assert by_host.json()["field"] == "to"
-    assert move(world, "C", "q2", "D", "reconciliation").status_code == 403
+    assert move(world, "C", "A.q2", "D", "reconciliation").status_code == 403
     for who in ("A", "admin"):
-        refused = move(world, who, "q2", "D", "reconciliation")
+        refused = move(world, who, "A.q2", "D", "reconciliation")
         assert refused.status_code == 403, refused.text
         assert refused.json()["field"] == "to"
         assert "no active contract with A" in refused.json()["detail"]
     assert registry_snapshot(world.db_url) == before
-    assert host_of(world, "q2") == "C"
+    assert host_of(world, "A.q2") == "C"
 
 
 def test_a_replica_takes_over_only_from_a_failed_host(world: World) -> None:
     before = registry_snapshot(world.db_url)
-    early = move(world, "B", "q1", "B")
+    early = move(world, "B", "A.q1", "B")
     assert early.status_code == 409, early.text
     assert early.json()["field"] == "reason"
     assert "as online, not failed" in early.json()["detail"]
     # Another participant may not ask on the replica's behalf, nor B for a non-replica.
-    assert move(world, "A", "q1", "B").status_code == 403
-    assert move(world, "B", "q1", "C").status_code == 403
+    assert move(world, "A", "A.q1", "B").status_code == 403
+    assert move(world, "B", "A.q1", "C").status_code == 403
     assert registry_snapshot(world.db_url) == before
 
     world.fail("A")
-    taken = move(world, "B", "q1", "B")
+    taken = move(world, "B", "A.q1", "B")
     assert taken.status_code == 201, taken.text
     movement = taken.json()
     assert (movement["from"], movement["to"], movement["reason"]) == ("A", "B", "failover")
@@ -115,13 +115,13 @@ def test_a_replica_takes_over_only_from_a_failed_host(world: World) -> None:
         "B", f"/v1/movements/{movement['id']}/commit", {"epoch": movement["epoch"]}
     )
     assert commit.status_code == 200, commit.text
-    task = world.api.get("A", "/v1/tasks/q1").json()
+    task = world.api.get("A", "/v1/tasks/A.q1").json()
     assert (task["host"], task["contract_id"], task["price"]) == ("B", world.contracts["AB"], 0.8)
     assert world.api.get("A", "/v1/replicas").json() == []  # the replica is the task now
 
     # From the commit on, the owner pays the new host under their contract.
     with unit_of_work(world.db_url) as session:
-        q1 = session.query(Task).filter_by(name="q1").one()
+        q1 = session.query(Task).filter_by(name="A.q1").one()
         charged = accrue_task(session, q1, utcnow() + timedelta(seconds=10))
         ids = {p.name: p.id for p in session.query(Participant)}
         entry = session.query(LedgerEntry).filter_by(task_id=q1.id, kind="accrual").one()
@@ -135,29 +135,29 @@ def test_a_replica_takes_over_only_from_a_failed_host(world: World) -> None:
 
 def test_a_replica_switch_promotes_the_replica_like_a_failover(world: World) -> None:
     world.fail("A")
-    taken = move(world, "B", "q1", "B", "replica_switch")
+    taken = move(world, "B", "A.q1", "B", "replica_switch")
     assert taken.status_code == 201, taken.text
     body = taken.json()
     path = f"/v1/movements/{body['id']}/commit"
     assert world.api.post("B", path, {"epoch": body["epoch"]}).status_code == 200
-    assert host_of(world, "q1") == "B"
+    assert host_of(world, "A.q1") == "B"
     # Never a task and its replica on one participant.
     assert world.api.get("admin", "/v1/replicas").json() == []
 
 
 def test_an_admin_fails_over_to_a_replica_only_from_a_failed_host(world: World) -> None:
-    assert move(world, "admin", "q1", "B").status_code == 409
-    assert move(world, "admin", "q1", "C").status_code == 403  # C holds no replica
+    assert move(world, "admin", "A.q1", "B").status_code == 409
+    assert move(world, "admin", "A.q1", "C").status_code == 403  # C holds no replica
     world.fail("A")
-    assert move(world, "admin", "q1", "B").status_code == 201
+    assert move(world, "admin", "A.q1", "B").status_code == 201
 
 
 def test_the_owner_relocates_its_task_to_a_partner_for_reconciliation(world: World) -> None:
-    moved = move(world, "A", "q2", "A", "reconciliation")
+    moved = move(world, "A", "A.q2", "A", "reconciliation")
     assert moved.status_code == 201, moved.text
     assert (moved.json()["contract_id"], moved.json()["price"]) == (None, None)
     aborted = world.api.post("A", f"/v1/movements/{moved.json()['id']}/abort")
     assert aborted.status_code == 200
-    onward = move(world, "A", "q2", "B", "reconciliation")
+    onward = move(world, "A", "A.q2", "B", "reconciliation")
     assert onward.status_code == 201, onward.text
     assert onward.json()["contract_id"] == world.contracts["AB"]

@@ -190,8 +190,8 @@ def test_owner_and_admin_change_the_declared_load(abc: Api, db_url: str) -> None
 def test_load_change_by_others_is_refused_and_writes_nothing(abc: Api, db_url: str) -> None:
     ab = abc.propose("A", "B", price_min=0.2, price_max=0.3)
     assert abc.post("B", f"/v1/contracts/{ab['id']}/accept", {"version": 1}).status_code == 200
-    declare(abc, "A", {"name": "q1", "load": 5.0})
-    offer = abc.post("A", "/v1/offers", {"contract_id": ab["id"], "tasks": ["q1"], "price": 0.25})
+    declare(abc, "A", {"name": "A.q1", "load": 5.0})
+    offer = abc.post("A", "/v1/offers", {"contract_id": ab["id"], "tasks": ["A.q1"], "price": 0.25})
     accepted = abc.post("B", f"/v1/offers/{offer.json()['id']}/accept", {"version": 1})
     mid = accepted.json()["movement_ids"][0]
     assert abc.post("B", f"/v1/movements/{mid}/commit", {"epoch": 1}).status_code == 200
@@ -208,7 +208,7 @@ def test_load_change_by_others_is_refused_and_writes_nothing(abc: Api, db_url: s
         ("A", {"owner": "B"}, 422, "owner"),
     ]
     for who, body, status, field in cases:
-        r = patch(abc, who, "q1", body)
+        r = patch(abc, who, "A.q1", body)
         assert (r.status_code, r.json()["field"]) == (status, field), (who, body, r.text)
     assert patch(abc, "A", "nope", {"load": 1.0}).status_code == 404
     assert registry_snapshot(db_url) == before
@@ -217,15 +217,47 @@ def test_load_change_by_others_is_refused_and_writes_nothing(abc: Api, db_url: s
 def test_payments_before_a_load_change_are_charged_at_the_old_load(abc: Api, db_url: str) -> None:
     ab = abc.propose("A", "B", price_min=0.2, price_max=0.3)
     abc.post("B", f"/v1/contracts/{ab['id']}/accept", {"version": 1})
-    declare(abc, "A", {"name": "q1", "load": 10.0})
-    offer = abc.post("A", "/v1/offers", {"contract_id": ab["id"], "tasks": ["q1"], "price": 0.25})
+    declare(abc, "A", {"name": "A.q1", "load": 10.0})
+    offer = abc.post("A", "/v1/offers", {"contract_id": ab["id"], "tasks": ["A.q1"], "price": 0.25})
     mid = abc.post("B", f"/v1/offers/{offer.json()['id']}/accept", {"version": 1}).json()[
         "movement_ids"
     ][0]
     assert abc.post("B", f"/v1/movements/{mid}/commit", {"epoch": 1}).status_code == 200
-    assert patch(abc, "A", "q1", {"load": 40.0}).status_code == 200
+    assert patch(abc, "A", "A.q1", {"load": 40.0}).status_code == 200
     assert abc.post("A", "/v1/participants/me/heartbeat", {}).status_code == 200
     with unit_of_work(db_url) as session:
         loads = session.scalars(select(LedgerEntry.load).order_by(LedgerEntry.id)).all()
     # The change charged the time since the commit at the old load; from then on, the new one.
     assert list(loads) == [10.0, 40.0]
+
+
+def test_names_are_per_owner_and_tell_nobody_about_other_owners(abc: Api, db_url: str) -> None:
+    """Issue 15, item 3: a task's name is ``<owner>.<local>``. Two owners use the same local
+    name without meeting, and what one is told never depends on the other's tasks."""
+    mine = declare(abc, "A", {"name": "A.shared"})
+    theirs = declare(abc, "B", {"name": "B.shared"})
+    assert (mine["owner"], theirs["owner"]) == ("A", "B")
+    # A's own duplicate is a conflict about A's own task; B's name is not A's to take.
+    dup = abc.post("A", "/v1/tasks", {"name": "A.shared", "load": 1.0})
+    assert (dup.status_code, dup.json()["field"]) == (409, "name")
+    before = registry_snapshot(db_url)
+    taken = abc.post("A", "/v1/tasks", {"name": "B.shared", "load": 1.0})
+    free = abc.post("A", "/v1/tasks", {"name": "B.nothing", "load": 1.0})
+    # Taken or free, B's names answer A alike, word for word but the name itself.
+    assert (taken.status_code, taken.json()["field"]) == (422, "name")
+    assert taken.json()["detail"].replace("shared", "N") == free.json()["detail"].replace(
+        "nothing", "N"
+    )
+    assert "must start with 'A.'" in taken.json()["detail"]
+    for name in ("shared", "A.sub.shared", "A.", ".shared"):
+        # "A.sub.shared" could be participant "A.sub"'s task "shared": never A's.
+        r = abc.post("A", "/v1/tasks", {"name": name, "load": 1.0})
+        assert (r.status_code, r.json()["field"]) == (422, "name"), (name, r.text)
+    # Reads: each sees its own, the other's is an unknown name.
+    assert abc.get("B", "/v1/tasks/A.shared").status_code == 404
+    assert abc.get("B", "/v1/tasks/A.nothing").json() == abc.get(
+        "B", "/v1/tasks/A.shared"
+    ).json() | {"detail": "task 'A.nothing' not found"}
+    assert [t["name"] for t in abc.get("A", "/v1/tasks").json()] == ["A.shared"]
+    assert [t["name"] for t in abc.get("B", "/v1/tasks").json()] == ["B.shared"]
+    assert registry_snapshot(db_url) == before

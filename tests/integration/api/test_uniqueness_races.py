@@ -110,11 +110,11 @@ def test_twenty_concurrent_offers_leave_one_open_offer(server: str) -> None:
             f"/v1/contracts/{cid}/accept", json={"version": 1}, headers=keys["B"]
         ).is_success
         for i in range(CLIENTS):
-            r = client.post("/v1/tasks", json={"name": f"q{i}", "load": 5}, headers=keys["A"])
+            r = client.post("/v1/tasks", json={"name": f"A.q{i}", "load": 5}, headers=keys["A"])
             assert r.status_code == 201, r.text
 
     def offer(client: httpx.Client, i: int) -> httpx.Response:
-        body = {"contract_id": cid, "tasks": [f"q{i}"], "price": 0.25}
+        body = {"contract_id": cid, "tasks": [f"A.q{i}"], "price": 0.25}
         return client.post("/v1/offers", json=body, headers=keys["A"])
 
     _only_one_won(_at_once(server, offer), "contract_id")
@@ -141,13 +141,14 @@ def test_concurrent_creations_of_one_task_name_give_409s(server: str) -> None:
 
     def declare(client: httpx.Client, i: int) -> httpx.Response:
         owner = "A" if i % 2 == 0 else "B"
-        return client.post("/v1/tasks", json={"name": "shared", "load": i}, headers=keys[owner])
+        body = {"name": f"{owner}.shared", "load": i}
+        return client.post("/v1/tasks", json=body, headers=keys[owner])
 
     results = _at_once(server, declare)
     codes = Counter(code for code, _ in results)
-    # Task names are global today; if they become per owner, one task per owner may win.
-    assert codes[201] in (1, 2) and codes[201] + codes[409] == CLIENTS, results
+    # Names are per owner: each owner's "shared" is won once, and neither race touches the other.
+    assert codes[201] == 2 and codes[409] == CLIENTS - 2, results
     assert all(body["field"] == "name" for code, body in results if code == 409), results
     with httpx.Client(base_url=server, timeout=60) as client:
         tasks = client.get("/v1/tasks", headers=ADMIN).json()
-    assert len([t for t in tasks if t["name"] == "shared"]) == codes[201]
+    assert sorted(t["name"] for t in tasks) == ["A.shared", "B.shared"]

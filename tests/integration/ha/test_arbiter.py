@@ -67,11 +67,16 @@ def test_lease_must_be_positive() -> None:
 
 
 def _node(
-    name: str, peers: dict[str, str], arbiter: str | None, *, key: str | None = None
+    name: str,
+    peers: dict[str, str],
+    arbiter: str | None,
+    *,
+    key: str | None = None,
+    fragment: str = "C",
 ) -> HANode:
     config: dict[str, Any] = {
         "name": name,
-        "fragment": "C",
+        "fragment": fragment,
         "role": "fragment",
         "t0": time.time(),
         "operator": {"type": "passthrough"},
@@ -165,15 +170,15 @@ def registry(db_url: str) -> Iterator[tuple[str, dict[str, str]]]:
         }
         admin.close()
         # The registry arbitrates registered tasks for the participants holding a copy: A hosts
-        # fragment C, B its replica (the nodes ask under their node names, C1 and C2).
+        # fragment A.C, B its replica (the nodes ask under their node names, C1 and C2).
         a, b = FedloadClient(url, keys["A"]), FedloadClient(url, keys["B"])
         terms = {"partner": "B", "price_min": 0.5, "price_max": 0.6}
         proposed = a._call(
             "POST", "/v1/contracts", json={**terms, "availability": {"replica_hosting": True}}
         )
         b._call("POST", f"/v1/contracts/{proposed['id']}/accept", json={"version": 1})
-        a._call("POST", "/v1/tasks", json={"name": "C", "load": 1.0})
-        a._call("POST", "/v1/tasks/C/replicas", json={"k": 1})
+        a._call("POST", "/v1/tasks", json={"name": "A.C", "load": 1.0})
+        a._call("POST", "/v1/tasks/A.C/replicas", json={"k": 1})
         a.close()
         b.close()
         yield url, keys
@@ -183,18 +188,18 @@ def test_replicas_cut_off_take_turns_through_the_registry_arbiter(
     registry: tuple[str, dict[str, str]],
 ) -> None:
     url, keys = registry
-    c1 = _node("C1", {"C2": f"grpc://127.0.0.1:{free_port()}"}, url, key=keys["A"])
-    c2 = _node("C2", {"C1": f"grpc://127.0.0.1:{free_port()}"}, url, key=keys["B"])
+    c1 = _node("C1", {"C2": f"grpc://127.0.0.1:{free_port()}"}, url, key=keys["A"], fragment="A.C")
+    c2 = _node("C2", {"C1": f"grpc://127.0.0.1:{free_port()}"}, url, key=keys["B"], fragment="A.C")
     admin = FedloadClient(url, ADMIN_KEY)
     try:
-        assert c1._ask_peers("C") is True
-        assert c2._ask_peers("C") is False, "C1 holds the permit"
+        assert c1._ask_peers("A.C") is True
+        assert c2._ask_peers("A.C") is False, "C1 holds the permit"
         assert [(p["holder"], p["participant"], p["fence"]) for p in admin.permits()] == [
             ("C1", "A", 1)
         ]
-        c1._release_peers("C")
+        c1._release_peers("A.C")
         assert [(p["holder"], p["held"]) for p in admin.permits()] == [(None, False)]
-        assert c2._ask_peers("C") is True
+        assert c2._ask_peers("A.C") is True
         assert [(p["holder"], p["participant"], p["fence"]) for p in admin.permits()] == [
             ("C2", "B", 2)
         ]

@@ -11,11 +11,35 @@ import pytest
 from app.participant.client import FedloadClient
 from app.settings import Settings
 from spark_jobs.ha.scenarios import Timings, run_crash, run_tentative
+from spark_jobs.runtime.coordinator import PreparedMove
 from spark_jobs.runtime.registry_coordinator import RegistryCoordinator
 from tests.support.live_server import serve
 
 ADMIN = "ha-admin-key"
 pytestmark = pytest.mark.timeout(120)
+
+
+class RegisteredAs:
+    """The scenario calls its fragment "B"; the registry knows it by its per-owner name "B.B"
+    (issue 15): the same coordinator, each fragment name translated on the way in."""
+
+    def __init__(self, inner: RegistryCoordinator, names: dict[str, str]) -> None:
+        self.inner, self.names = inner, names
+
+    def prepare(self, fragment: str, source: str, target: str, reason: str) -> PreparedMove:
+        return self.inner.prepare(self.names[fragment], source, target, reason)
+
+    def commit(self, movement_id: int) -> int:
+        return self.inner.commit(movement_id)
+
+    def abort(self, movement_id: int, why: str) -> None:
+        self.inner.abort(movement_id, why)
+
+    def current_epoch(self, fragment: str) -> int:
+        return self.inner.current_epoch(self.names[fragment])
+
+    def host(self, fragment: str) -> str:
+        return self.inner.host(self.names[fragment])
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
@@ -41,17 +65,16 @@ def test_passive_standby_failover_through_the_registry(db_url: str, tmp_path) ->
         }
         contract = clients["B"]._call("POST", "/v1/contracts", json=terms)
         clients["B2"]._call("POST", f"/v1/contracts/{contract['id']}/accept", json={"version": 1})
-        clients["B"]._call("POST", "/v1/tasks", json={"name": "B", "load": 4})
+        clients["B"]._call("POST", "/v1/tasks", json={"name": "B.B", "load": 4})
         placed = clients["B"]._call(
-            "POST", "/v1/tasks/B/replicas", json={"k": 1, "technique": "passive_standby"}
+            "POST", "/v1/tasks/B.B/replicas", json={"k": 1, "technique": "passive_standby"}
         )
         assert [(r["host"], r["technique"]) for r in placed] == [("B2", "passive_standby")]
         try:
-            report = run_crash(
-                Timings.quick(), tmp_path, "passive_standby", RegistryCoordinator(clients)
-            )
+            coordinator = RegisteredAs(RegistryCoordinator(clients), {"B": "B.B"})
+            report = run_crash(Timings.quick(), tmp_path, "passive_standby", coordinator)
             assert report["checks"] == {name: True for name in report["checks"]}, report
-            lease = admin.lease("B")
+            lease = admin.lease("B.B")
             assert (lease["host"], lease["epoch"]) == ("B2", 1)
             moves = admin._call("GET", "/v1/movements")
             assert [(m["reason"], m["status"], m["to"]) for m in moves] == [
@@ -84,15 +107,15 @@ def test_replica_states_reach_the_admin_api_during_a_partition(db_url: str, tmp_
         }
         contract = owner._call("POST", "/v1/contracts", json=terms)
         host._call("POST", f"/v1/contracts/{contract['id']}/accept", json={"version": 1})
-        owner._call("POST", "/v1/tasks", json={"name": "C", "load": 3})
-        owner._call("POST", "/v1/tasks/C/replicas", json={"k": 1})
+        owner._call("POST", "/v1/tasks", json={"name": "C.C", "load": 3})
+        owner._call("POST", "/v1/tasks/C.C/replicas", json={"k": 1})
         try:
             report = run_tentative(
                 Timings.quick(),
                 tmp_path,
                 registry={
                     "C": {"url": url, "key": keys["C"]},
-                    "C2": {"url": url, "key": keys["C2"], "replica_of": "C"},
+                    "C2": {"url": url, "key": keys["C2"], "replica_of": "C.C"},
                 },
                 during_failure=lambda: admin._call("GET", "/v1/replicas"),
             )

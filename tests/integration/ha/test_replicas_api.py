@@ -31,20 +31,20 @@ def setup(api: Api) -> None:
     contract(api, "A", "B", hosting=True)
     contract(api, "A", "C", hosting=True)
     contract(api, "A", "D", hosting=False)
-    assert api.post("A", "/v1/tasks", {"name": "q1", "load": 10.0}).status_code == 201
+    assert api.post("A", "/v1/tasks", {"name": "A.q1", "load": 10.0}).status_code == 201
 
 
 def test_owner_places_replicas_on_distinct_hosting_partners(api: Api, db_url: str) -> None:
     setup(api)
-    placed = api.post("A", "/v1/tasks/q1/replicas", {"k": 2, "technique": "passive_standby"})
+    placed = api.post("A", "/v1/tasks/A.q1/replicas", {"k": 2, "technique": "passive_standby"})
     assert placed.status_code == 201, placed.text
     rows = placed.json()
     assert sorted(r["host"] for r in rows) == ["B", "C"]
     assert {r["technique"] for r in rows} == {"passive_standby"}
     assert all(r["load"] == 10.0 and r["price"] == 0.5 for r in rows)
     # Already has 2: asking for 2 again places nothing; asking for 3 finds no third host.
-    assert api.post("A", "/v1/tasks/q1/replicas", {"k": 2}).json() == []
-    refused = api.post("A", "/v1/tasks/q1/replicas", {"k": 3})
+    assert api.post("A", "/v1/tasks/A.q1/replicas", {"k": 2}).json() == []
+    refused = api.post("A", "/v1/tasks/A.q1/replicas", {"k": 3})
     assert refused.status_code == 409
     assert "D: its contract does not allow replica hosting" in refused.json()["detail"]
     with unit_of_work(db_url) as session:
@@ -53,14 +53,14 @@ def test_owner_places_replicas_on_distinct_hosting_partners(api: Api, db_url: st
 
 def test_host_reports_state_admin_sees_it_and_the_owner_pays(api: Api, db_url: str) -> None:
     setup(api)
-    api.post("A", "/v1/tasks/q1/replicas", {"k": 1})
+    api.post("A", "/v1/tasks/A.q1/replicas", {"k": 1})
     time.sleep(0.05)
     report = api.client.put(
-        "/v1/replicas/q1/state", json={"state": "UP_FAILURE"}, headers=api.headers("B")
+        "/v1/replicas/A.q1/state", json={"state": "UP_FAILURE"}, headers=api.headers("B")
     )
     assert report.status_code == 200, report.text
     seen = api.get("admin", "/v1/replicas").json()
-    assert [(r["task"], r["host"], r["state"]) for r in seen] == [("q1", "B", "UP_FAILURE")]
+    assert [(r["task"], r["host"], r["state"]) for r in seen] == [("A.q1", "B", "UP_FAILURE")]
     # The owner sees its task's replica; an unrelated participant sees nothing.
     assert len(api.get("A", "/v1/replicas").json()) == 1
     assert api.get("D", "/v1/replicas").json() == []
@@ -74,20 +74,20 @@ def test_host_reports_state_admin_sees_it_and_the_owner_pays(api: Api, db_url: s
 def test_bad_input_is_refused_and_changes_nothing(api: Api, db_url: str) -> None:
     setup(api)
     before = registry_snapshot(db_url)
-    assert api.post("A", "/v1/tasks/q1/replicas", {"k": 0}).status_code == 422
+    assert api.post("A", "/v1/tasks/A.q1/replicas", {"k": 0}).status_code == 422
     assert api.post("A", "/v1/tasks/nope/replicas", {"k": 1}).status_code == 404
     # B holds no copy of q1: the same 404 as for an unknown name (issue 15).
-    refused = api.post("B", "/v1/tasks/q1/replicas", {"k": 1})
+    refused = api.post("B", "/v1/tasks/A.q1/replicas", {"k": 1})
     assert refused.status_code == 404
     assert refused.json() == api.post("B", "/v1/tasks/nope/replicas", {"k": 1}).json() | {
-        "detail": "no task named 'q1'"
+        "detail": "no task named 'A.q1'"
     }
     bad_state = api.client.put(
-        "/v1/replicas/q1/state", json={"state": "HAPPY"}, headers=api.headers("B")
+        "/v1/replicas/A.q1/state", json={"state": "HAPPY"}, headers=api.headers("B")
     )
     assert bad_state.status_code == 422
     not_hosted = api.client.put(
-        "/v1/replicas/q1/state", json={"state": "STABLE"}, headers=api.headers("B")
+        "/v1/replicas/A.q1/state", json={"state": "STABLE"}, headers=api.headers("B")
     )
     assert not_hosted.status_code == 404
     assert registry_snapshot(db_url) == before
@@ -104,7 +104,7 @@ def test_a_silent_host_shows_its_replica_failed(db_url: str) -> None:
     with TestClient(create_app(settings)) as client:
         api = Api(client=client, keys={})
         setup(api)
-        api.post("A", "/v1/tasks/q1/replicas", {"k": 1})
+        api.post("A", "/v1/tasks/A.q1/replicas", {"k": 1})
         api.post("B", "/v1/participants/me/heartbeat", {"endpoint": "grpc://127.0.0.1:1"})
         assert api.get("admin", "/v1/replicas").json()[0]["state"] == "STABLE"
         # The service's failure sweeper declares B failed once its window closed unanswered

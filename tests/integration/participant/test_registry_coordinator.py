@@ -41,7 +41,7 @@ def clients(db_url: str) -> Iterator[dict[str, FedloadClient]]:
             },
         )
         out["C"]._call("POST", f"/v1/contracts/{replica['id']}/accept", json={"version": 1})
-        out["A"]._call("POST", "/v1/tasks", json={"name": "frag", "load": 7})
+        out["A"]._call("POST", "/v1/tasks", json={"name": "A.frag", "load": 7})
         out["contract"] = contract  # type: ignore[assignment]
         yield out
         for client in (admin, out["A"], out["B"], out["C"]):
@@ -52,14 +52,14 @@ def test_load_move_adopts_the_accepted_offer_and_commit_fences(clients: dict) ->
     a, b = clients["A"], clients["B"]
     coordinator = RegistryCoordinator({"A": a, "B": b})
     with pytest.raises(MovementRefused, match="no accepted offer"):
-        coordinator.prepare("frag", "A", "B", "load")
-    offer = a.offer(clients["contract"]["id"], ["frag"], 0.25)
+        coordinator.prepare("A.frag", "A", "B", "load")
+    offer = a.offer(clients["contract"]["id"], ["A.frag"], 0.25)
     b.accept(offer["id"], offer["version"])
-    move = coordinator.prepare("frag", "A", "B", "load")
+    move = coordinator.prepare("A.frag", "A", "B", "load")
     assert (move.source, move.target, move.epoch) == ("A", "B", 1)
-    assert coordinator.host("frag") == "A"
+    assert coordinator.host("A.frag") == "A"
     assert coordinator.commit(move.movement_id) == 1
-    assert (coordinator.host("frag"), coordinator.current_epoch("frag")) == ("B", 1)
+    assert (coordinator.host("A.frag"), coordinator.current_epoch("A.frag")) == ("B", 1)
     with pytest.raises(MovementRefused):
         coordinator.commit(move.movement_id)
 
@@ -69,30 +69,30 @@ def test_failover_prepare_abort_is_idempotent_and_keeps_host(clients: dict, db_u
     coordinator = RegistryCoordinator({"A": a, "C": c})
     # Only the replica's host takes the task over, and only from a host seen failed (issue 15):
     # without a copy, C does not even see the task.
-    with pytest.raises(MovementRefused, match="task 'frag' not found"):
-        coordinator.prepare("frag", "A", "C", "failover")
-    a._call("POST", "/v1/tasks/frag/replicas", json={"k": 1})
+    with pytest.raises(MovementRefused, match=r"task 'A\.frag' not found"):
+        coordinator.prepare("A.frag", "A", "C", "failover")
+    a._call("POST", "/v1/tasks/A.frag/replicas", json={"k": 1})
     with pytest.raises(MovementRefused, match="as unknown, not failed"):
-        coordinator.prepare("frag", "A", "C", "failover")
+        coordinator.prepare("A.frag", "A", "C", "failover")
     declare_failed(db_url, "A")  # A's agent last heartbeated an hour ago
-    move = coordinator.prepare("frag", "A", "C", "failover")
+    move = coordinator.prepare("A.frag", "A", "C", "failover")
     with pytest.raises(MovementRefused, match=r"already being moved"):
-        coordinator.prepare("frag", "A", "C", "failover")
+        coordinator.prepare("A.frag", "A", "C", "failover")
     coordinator.abort(move.movement_id, "target crashed")
     coordinator.abort(move.movement_id, "again")
-    assert (coordinator.host("frag"), coordinator.current_epoch("frag")) == ("A", 0)
+    assert (coordinator.host("A.frag"), coordinator.current_epoch("A.frag")) == ("A", 0)
     # Nor does the failed host take anything over: it is fenced until it rejoins.
     with pytest.raises(MovementRefused, match=r"A was declared failed .* is fenced"):
-        coordinator.prepare("frag", "C", "A", "failover")
+        coordinator.prepare("A.frag", "C", "A", "failover")
 
 
 def test_client_reports_field_and_detail(clients: dict) -> None:
     with pytest.raises(ApiError) as info:
-        clients["A"].offer(clients["contract"]["id"], ["frag"], 5.0)
+        clients["A"].offer(clients["contract"]["id"], ["A.frag"], 5.0)
     assert (info.value.status, info.value.field) == (422, "price")
 
 
 def test_failover_needs_a_replica_hosting_contract(clients: dict) -> None:
     # B's contract with A has no replica hosting: B cannot take A's task by failover.
     with pytest.raises(MovementRefused, match="not found"):
-        RegistryCoordinator({"B": clients["B"]}).prepare("frag", "A", "B", "failover")
+        RegistryCoordinator({"B": clients["B"]}).prepare("A.frag", "A", "B", "failover")

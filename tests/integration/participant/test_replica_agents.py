@@ -28,8 +28,8 @@ def clients(db_url: str) -> Iterator[dict[str, FedloadClient]]:
         out = register_participants(url, ADMIN, CAPACITY)
         for a, b, low, hosting in CONTRACTS:
             sign_contract(out, a, b, low, hosting=hosting)
-        out["A"]._call("POST", "/v1/tasks", json={"name": "q", "load": 30})
-        out["A"]._call("POST", "/v1/tasks/q/replicas", json={"k": 1})
+        out["A"]._call("POST", "/v1/tasks", json={"name": "A.q", "load": 30})
+        out["A"]._call("POST", "/v1/tasks/A.q/replicas", json={"k": 1})
         yield out
         for client in out.values():
             client.close()
@@ -55,18 +55,18 @@ def test_the_replica_goes_to_the_hosting_partner_and_the_primary_stays(clients: 
     # A is as loaded as B, but its only partner hosts q's replica: it offers nothing.
     a.tick(0.0, liveness=ONLINE)
     assert clients["A"].offers() == [] and a.state.errors == []
-    assert a.state.held_by == {"B": {"q"}}
+    assert a.state.held_by == {"B": {"A.q"}}
 
     b.tick(0.0, liveness=ONLINE)
     (offer,) = clients["B"].offers()
-    assert (offer["to"], offer["tasks"], offer["replicas"]) == ("D", [], ["q"])
+    assert (offer["to"], offer["tasks"], offer["replicas"]) == ("D", [], ["A.q"])
     assert offer["price"] == pytest.approx(0.09)
 
     d.tick(0.0, liveness=ONLINE)
-    assert [(m.task, m.src, m.dst) for m in moves] == [("q", "B", "D")]
+    assert [(m.task, m.src, m.dst) for m in moves] == [("A.q", "B", "D")]
     (replica,) = clients["admin"].replicas()
     assert (replica["host"], replica["price"]) == ("D", pytest.approx(0.09))
     (movement,) = clients["D"].movements()
     assert (movement["status"], movement["replica"]) == ("committed", True)
-    assert clients["A"].lease("q")["host"] == "A"
+    assert clients["A"].lease("A.q")["host"] == "A"
     assert b.state.errors == [] and d.state.errors == []

@@ -32,8 +32,8 @@ def clients(db_url: str) -> Iterator[dict[str, FedloadClient]]:
         out = register_participants(url, ADMIN, CAPACITY)
         for a, b, low in CONTRACTS:
             sign_contract(out, a, b, low, hosting=True)
-        out["A"]._call("POST", "/v1/tasks", json={"name": "q", "load": 30})
-        out["A"]._call("POST", "/v1/tasks/q/replicas", json={"k": 1})
+        out["A"]._call("POST", "/v1/tasks", json={"name": "A.q", "load": 30})
+        out["A"]._call("POST", "/v1/tasks/A.q/replicas", json={"k": 1})
         yield out
         for client in out.values():
             client.close()
@@ -71,7 +71,7 @@ def offer_the_replica(clients: dict, moves: list[MoveEvent]) -> None:
     b = agent("B", clients["B"], RecordingMover(clients["B"]), moves)
     b.tick(0.0, liveness=ONLINE)
     (offer,) = clients["B"].offers()
-    assert (offer["to"], offer["tasks"], offer["replicas"]) == ("D", [], ["q"])
+    assert (offer["to"], offer["tasks"], offer["replicas"]) == ("D", [], ["A.q"])
 
 
 def test_a_taken_replica_goes_through_the_mover(clients: dict) -> None:
@@ -80,13 +80,13 @@ def test_a_taken_replica_goes_through_the_mover(clients: dict) -> None:
     mover = RecordingMover(clients["D"])
     d = agent("D", clients["D"], mover, moves)
     d.tick(0.0, liveness=ONLINE)
-    assert mover.calls == [("receive_replica", "q", "B", "D")]
+    assert mover.calls == [("receive_replica", "A.q", "B", "D")]
     (movement,) = clients["D"].movements()
     assert (movement["status"], movement["replica"], movement["epoch"]) == ("committed", True, 1)
     (replica,) = clients["admin"].replicas()
     assert replica["host"] == "D"
-    assert [(m.task, m.src, m.dst) for m in moves] == [("q", "B", "D")]
-    assert clients["A"].lease("q")["host"] == "A" and d.state.errors == []
+    assert [(m.task, m.src, m.dst) for m in moves] == [("A.q", "B", "D")]
+    assert clients["A"].lease("A.q")["host"] == "A" and d.state.errors == []
 
 
 def test_a_standby_that_cannot_follow_leaves_the_replica_where_it_was(clients: dict) -> None:
@@ -95,10 +95,10 @@ def test_a_standby_that_cannot_follow_leaves_the_replica_where_it_was(clients: d
     mover = RecordingMover(clients["D"], standby_follows=False)
     d = agent("D", clients["D"], mover, moves)
     d.tick(0.0, liveness=ONLINE)
-    assert mover.calls == [("receive_replica", "q", "B", "D")]
+    assert mover.calls == [("receive_replica", "A.q", "B", "D")]
     (movement,) = clients["D"].movements()
     assert (movement["status"], movement["replica"]) == ("aborted", True)
     (replica,) = clients["admin"].replicas()
     assert replica["host"] == "B"
     assert moves == []
-    assert d.state.errors == ["move q: the checkpoint did not reach the new host"]
+    assert d.state.errors == ["move A.q: the checkpoint did not reach the new host"]

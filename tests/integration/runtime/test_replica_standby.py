@@ -48,7 +48,7 @@ pytestmark = pytest.mark.spark
 SECONDS = 15
 FIRST = int(GENERATOR.epoch.timestamp() // BUCKET)
 # The registry tracks a replica apart from its primary; the in-memory coordinator does so by name.
-REPLICA = "frag/replica"
+REPLICA = "A.frag/replica"
 
 
 def publish_atomically(client: StreamClient, stream: str, lo: int, hi: int) -> None:
@@ -78,9 +78,9 @@ def test_replica_move_ships_the_latest_checkpoint_and_failover_from_it_is_exact(
     expected = reference(make_runtime, servers)
     declare(servers["source"], "conns").close()
     declare(servers["home"], "out").close()
-    spec = ports_fragment("frag", servers["source"], "conns", servers["home"], "out")
+    spec = ports_fragment("A.frag", servers["source"], "conns", servers["home"], "out")
     a, b, c = make_runtime("A"), make_runtime("B"), make_runtime("C")
-    coordinator = InMemoryCoordinator({"frag": "A", REPLICA: "B"})
+    coordinator = InMemoryCoordinator({"A.frag": "A", REPLICA: "B"})
     keeper = StandbyKeeper(spec, a, b, every_s=0.3)
     keeper.hold()
     with declare(servers["source"]) as source:
@@ -90,7 +90,7 @@ def test_replica_move_ships_the_latest_checkpoint_and_failover_from_it_is_exact(
         try:
             wait_for(lambda: any(s.host == "B" for s in keeper.shipments), "a shipment to B")
             publish_atomically(source, "conns", 3, 6)
-            a.query("frag").processAllAvailable()
+            a.query("A.frag").processAllAvailable()
 
             moved = keeper.move(c, coordinator, record=REPLICA)
             shipped_after_move = len(keeper.shipments)
@@ -106,9 +106,9 @@ def test_replica_move_ships_the_latest_checkpoint_and_failover_from_it_is_exact(
             "C",
             "committed",
         )
-        assert (coordinator.host("frag"), keeper.replica) == ("A", c)
+        assert (coordinator.host("A.frag"), keeper.replica) == ("A", c)
         with pytest.raises(TransferError):
-            b.server.take_checkpoint("frag", STANDBY_SHIPMENT)  # B's copy is gone
+            b.server.take_checkpoint("A.frag", STANDBY_SHIPMENT)  # B's copy is gone
         assert {s.host for s in keeper.shipments[shipped_after_move:]} == {"C"}
         # The move shipped C the whole checkpoint; the periodic shipments after it only what
         # changed, applied to C's copy (the failover below restores that copy).
@@ -118,11 +118,11 @@ def test_replica_move_ships_the_latest_checkpoint_and_failover_from_it_is_exact(
 
         # A goes on past the standby's checkpoint, then dies with its disk.
         publish_atomically(source, "conns", 6, 9)
-        a.query("frag").processAllAvailable()
+        a.query("A.frag").processAllAvailable()
         acks = servers["source"].log.info("conns")["acks"]
-        assert acks["frag"] == FIRST + 9 and acks["frag.standby"] == FIRST + 6
+        assert acks["A.frag"] == FIRST + 9 and acks["A.frag.standby"] == FIRST + 6
         written_by_a = servers["home"].log.info("out")["written"]
-        a.discard("frag")
+        a.discard("A.frag")
 
         failover = relocate(
             spec,
@@ -131,15 +131,15 @@ def test_replica_move_ships_the_latest_checkpoint_and_failover_from_it_is_exact(
             coordinator=coordinator,
             reason="failover",
         )
-        assert (coordinator.host("frag"), failover.epoch) == ("C", 1)
-        c.query("frag").processAllAvailable()
+        assert (coordinator.host("A.frag"), failover.epoch) == ("C", 1)
+        c.query("A.frag").processAllAvailable()
         # C re-ran the batches A had written after the standby's checkpoint: each was dropped.
-        assert c.sink("frag").skipped >= 1
+        assert c.sink("A.frag").skipped >= 1
         publish_atomically(source, "conns", 9, 12)
-        c.query("frag").processAllAvailable()
+        c.query("A.frag").processAllAvailable()
         publish_atomically(source, "conns", 12, SECONDS)
-        c.query("frag").processAllAvailable()
-        c.stop("frag")
+        c.query("A.frag").processAllAvailable()
+        c.stop("A.frag")
     written = servers["home"].log.info("out")["written"]
     assert set(written_by_a) < set(written)
     assert rows(servers["home"].log.table("out")) == expected
@@ -148,9 +148,9 @@ def test_replica_move_ships_the_latest_checkpoint_and_failover_from_it_is_exact(
 def test_failed_ship_aborts_the_move_and_the_old_standby_stays(servers, make_runtime):
     declare(servers["source"], "conns").close()
     declare(servers["home"], "out").close()
-    spec = ports_fragment("frag", servers["source"], "conns", servers["home"], "out")
+    spec = ports_fragment("A.frag", servers["source"], "conns", servers["home"], "out")
     a, b, c = make_runtime("A"), make_runtime("B"), make_runtime("C")
-    coordinator = InMemoryCoordinator({"frag": "A", REPLICA: "B"})
+    coordinator = InMemoryCoordinator({"A.frag": "A", REPLICA: "B"})
     keeper = StandbyKeeper(spec, a, b)
     keeper.hold()
     with declare(servers["source"]) as source:
@@ -166,13 +166,13 @@ def test_failed_ship_aborts_the_move_and_the_old_standby_stays(servers, make_run
         assert keeper.replica is b
 
         # B still holds the very checkpoint shipped before, and keeps receiving the new ones.
-        assert b.server.take_checkpoint("frag", STANDBY_SHIPMENT).sha256 == at_b.sha256
+        assert b.server.take_checkpoint("A.frag", STANDBY_SHIPMENT).sha256 == at_b.sha256
         publish_atomically(source, "conns", 3, 6)
-        a.query("frag").processAllAvailable()
+        a.query("A.frag").processAllAvailable()
         again = keeper.ship_and_acknowledge()
         assert again is not None and (again.host, again.offset) == ("B", FIRST + 6)
-        assert b.server.take_checkpoint("frag", STANDBY_SHIPMENT).sha256 == again.sha256
-        a.stop("frag")
+        assert b.server.take_checkpoint("A.frag", STANDBY_SHIPMENT).sha256 == again.sha256
+        a.stop("A.frag")
 
 
 ADMIN = "replica-standby-admin-key"
@@ -187,8 +187,8 @@ def registry(db_url: str) -> Iterator[dict[str, FedloadClient]]:
     with serve(Settings(database_url=db_url, admin_key=ADMIN, environment="test")) as url:
         out = register_participants(url, ADMIN, CAPACITY)
         sign_contract(out, "A", "B", 0.10, hosting=True)
-        out["A"]._call("POST", "/v1/tasks", json={"name": "frag", "load": 30})
-        out["A"]._call("POST", "/v1/tasks/frag/replicas", json={"k": 1})
+        out["A"]._call("POST", "/v1/tasks", json={"name": "A.frag", "load": 30})
+        out["A"]._call("POST", "/v1/tasks/A.frag/replicas", json={"k": 1})
         sign_contract(out, "B", "D", 0.08, hosting=True)
         # D backs A up too (after the placement, which had only B): the backup that notices
         # A's failure must hold a replica-hosting contract with the owner.
@@ -205,12 +205,12 @@ def agent(name: str, client: FedloadClient, mover: InProcessMover, moves: list[M
 
 def trade_the_replica(registry: dict, runtimes: dict, spec, keeper: StandbyKeeper) -> Agent:
     """B offers the replica to D; D's agent accepts and its InProcessMover moves the standby."""
-    mover = InProcessMover(registry, runtimes, {"frag": spec}, {"frag": keeper})
+    mover = InProcessMover(registry, runtimes, {"A.frag": spec}, {"A.frag": keeper})
     moves: list[MoveEvent] = []
     assert [r["host"] for r in registry["admin"].replicas()] == ["B"]
     agent("B", registry["B"], mover, moves).tick(0.0, liveness=ONLINE)
     (offer,) = registry["B"].offers()
-    assert (offer["to"], offer["replicas"]) == ("D", ["frag"])
+    assert (offer["to"], offer["replicas"]) == ("D", ["A.frag"])
     d = agent("D", registry["D"], mover, moves)
     d.tick(0.0, liveness=ONLINE)
     return d
@@ -228,7 +228,7 @@ def test_agent_moves_the_standby_through_the_registry_and_fails_over_to_it(
     expected = reference(make_runtime, servers)
     declare(servers["source"], "conns").close()
     declare(servers["home"], "out").close()
-    spec = ports_fragment("frag", servers["source"], "conns", servers["home"], "out")
+    spec = ports_fragment("A.frag", servers["source"], "conns", servers["home"], "out")
     runtimes = {n: make_runtime(n) for n in ("A", "B", "D")}
     a, d = runtimes["A"], runtimes["D"]
     keeper = StandbyKeeper(spec, a, runtimes["B"])
@@ -238,7 +238,7 @@ def test_agent_moves_the_standby_through_the_registry_and_fails_over_to_it(
         a.start(spec, epoch=0).processAllAvailable()
         assert keeper.ship_and_acknowledge() is not None
         publish_atomically(source, "conns", 3, 6)
-        a.query("frag").processAllAvailable()
+        a.query("A.frag").processAllAvailable()
 
         taker = trade_the_replica(registry, runtimes, spec, keeper)
         assert taker.state.errors == []
@@ -247,10 +247,10 @@ def test_agent_moves_the_standby_through_the_registry_and_fails_over_to_it(
         assert [r["host"] for r in registry["admin"].replicas()] == ["D"]
         assert (keeper.replica, keeper.shipments[-1].offset) == (d, FIRST + 6)
         with pytest.raises(TransferError):
-            runtimes["B"].server.take_checkpoint("frag", STANDBY_SHIPMENT)
+            runtimes["B"].server.take_checkpoint("A.frag", STANDBY_SHIPMENT)
 
         # A dies; D, the replica's host, notices and takes over from the standby it received.
-        a.discard("frag")
+        a.discard("A.frag")
         # The registry takes a failover only from a host it sees failed: A's heartbeats stopped
         # (this test runs no agent heartbeat loop: its last one is dated an hour back).
         declare_failed(db_url, "A")
@@ -261,12 +261,12 @@ def test_agent_moves_the_standby_through_the_registry_and_fails_over_to_it(
             coordinator=RegistryCoordinator({"D": registry["D"]}),
             reason="failover",
         )
-        assert (registry["A"].lease("frag")["host"], failover.epoch) == ("D", 1)
+        assert (registry["A"].lease("A.frag")["host"], failover.epoch) == ("D", 1)
         assert registry["admin"].replicas() == []  # the replica became the primary
         for lo in range(6, SECONDS, 3):
             publish_atomically(source, "conns", lo, min(lo + 3, SECONDS))
-            d.query("frag").processAllAvailable()
-        d.stop("frag")
+            d.query("A.frag").processAllAvailable()
+        d.stop("A.frag")
     assert rows(servers["home"].log.table("out")) == expected
 
 
@@ -276,7 +276,7 @@ def test_agent_aborts_the_replica_move_in_the_registry_when_the_standby_cannot_f
 ):
     declare(servers["source"], "conns").close()
     declare(servers["home"], "out").close()
-    spec = ports_fragment("frag", servers["source"], "conns", servers["home"], "out")
+    spec = ports_fragment("A.frag", servers["source"], "conns", servers["home"], "out")
     runtimes = {n: make_runtime(n) for n in ("A", "B", "D")}
     keeper = StandbyKeeper(spec, runtimes["A"], runtimes["B"])
     keeper.hold()
@@ -289,21 +289,23 @@ def test_agent_aborts_the_replica_move_in_the_registry_when_the_standby_cannot_f
 
         taker = trade_the_replica(registry, runtimes, spec, keeper)
         (error,) = taker.state.errors
-        assert error.startswith("move frag: standby of frag to D aborted")
+        assert error.startswith("move A.frag: standby of A.frag to D aborted")
         (movement,) = registry["D"].movements()
         assert (movement["status"], movement["replica"]) == ("aborted", True)
         assert [r["host"] for r in registry["admin"].replicas()] == ["B"]
         assert keeper.replica is runtimes["B"]
-        assert runtimes["B"].server.take_checkpoint("frag", STANDBY_SHIPMENT).sha256 == at_b.sha256
-        runtimes["A"].stop("frag")
+        assert (
+            runtimes["B"].server.take_checkpoint("A.frag", STANDBY_SHIPMENT).sha256 == at_b.sha256
+        )
+        runtimes["A"].stop("A.frag")
 
 
 def test_a_standby_copy_is_dropped_over_flight_so_its_host_may_be_another_process(servers):
     home = servers["home"]
     packed = PackedCheckpoint.of(b"a checkpoint nobody will restore")
     with StreamClient(home.location) as client:
-        client.ship_checkpoint("frag", STANDBY_SHIPMENT, packed)
-        assert client.discard_checkpoint("frag", STANDBY_SHIPMENT) is True
-        assert client.discard_checkpoint("frag", STANDBY_SHIPMENT) is False
-    with pytest.raises(TransferError, match="no verified checkpoint of frag"):
-        home.take_checkpoint("frag", STANDBY_SHIPMENT)
+        client.ship_checkpoint("A.frag", STANDBY_SHIPMENT, packed)
+        assert client.discard_checkpoint("A.frag", STANDBY_SHIPMENT) is True
+        assert client.discard_checkpoint("A.frag", STANDBY_SHIPMENT) is False
+    with pytest.raises(TransferError, match=r"no verified checkpoint of A\.frag"):
+        home.take_checkpoint("A.frag", STANDBY_SHIPMENT)

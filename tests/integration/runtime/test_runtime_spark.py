@@ -19,10 +19,12 @@ from spark_jobs.runtime import (
     PackedCheckpoint,
     RemoteHost,
     SOutput,
+    StreamClient,
     StreamRef,
     publish,
     relocate,
 )
+from spark_jobs.runtime.soutput import NAMESPACE_BITS, write_namespace
 from tests.integration.runtime.conftest import (
     BUCKET,
     GENERATOR,
@@ -238,4 +240,41 @@ def test_target_crash_before_resume_leaves_one_host_and_it_resumes_exactly(
         publish(source, "conns", GENERATOR.seconds(6, SECONDS), BUCKET)
         b.start(spec, epoch=coordinator.current_epoch("frag")).processAllAvailable()
         b.stop("frag")
+    assert rows(servers["home"].log.table("out")) == expected
+
+
+def test_a_failover_s_batch_id_space_travels_with_the_checkpoint(servers, make_runtime):
+    """A host restarted from empty state by a failover writes its batch ids in a space of its
+    own (the failed host wrote Spark's ids from 0); when the market later moves the fragment on,
+    the new host must keep writing in that space, or the log drops its batches as seen."""
+    expected = reference(make_runtime, servers)
+    declare(servers["source"], "conns").close()
+    declare(servers["home"], "out").close()
+    spec = ports_fragment("frag", servers["source"], "conns", servers["home"], "out")
+    # The failed host F had written Spark's batch ids 0..39 (empty here: only the ids matter).
+    failed = SOutput(servers["home"].location, "out", epoch=0)
+    empty = make_runtime("F").spark.createDataFrame(
+        [], "stime timestamp, window_start timestamp, src_ip string, ports int"
+    )
+    for batch_id in range(40):
+        assert failed.write(empty, batch_id)
+    # A took the fragment over from empty state, in namespace 1.
+    a, b = make_runtime("A"), make_runtime("B")
+    write_namespace(a.checkpoint_dir("frag"), 1)
+    coordinator = InMemoryCoordinator({"frag": "A"})
+    with declare(servers["source"]) as source:
+        publish(source, "conns", GENERATOR.seconds(0, 6), BUCKET)
+        a.start(spec, epoch=0).processAllAvailable()
+        assert a.sink("frag").namespace == 1
+        moved = relocate(spec, RemoteHost("A", a.location), b, coordinator=coordinator)
+        assert b.output_namespace("frag") == 1
+        publish(source, "conns", GENERATOR.seconds(6, SECONDS), BUCKET)
+        b.query("frag").processAllAvailable()
+        written_at_b = b.sink("frag")
+        b.stop("frag")
+    assert moved.epoch == 1
+    assert written_at_b.written > 0 and written_at_b.skipped == 0
+    with StreamClient(servers["home"].location) as client:
+        ids = [int(i) for i in client.info("out")["written"]]
+    assert all(i < 40 or i >> NAMESPACE_BITS == 1 for i in ids), ids
     assert rows(servers["home"].log.table("out")) == expected

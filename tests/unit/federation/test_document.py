@@ -111,6 +111,10 @@ BROKEN = [
         "tasks[2].inputs[0].task",
         "'task' is a required property",
     ),
+    # Per-owner names (issue 15): a task's name is "<owner>.<local>", the local part dot-free.
+    ("  - {name: B.q, owner: A, load: 5}\n", 8, "tasks[2].name", "must start with 'A.'"),
+    ("  - {name: q, owner: A, load: 5}\n", 8, "tasks[2].name", "must start with 'A.'"),
+    ("  - {name: A.b.q, owner: A, load: 5}\n", 8, "tasks[2].name", "no '.'"),
 ]
 
 

@@ -30,27 +30,27 @@ contracts:
   - {between: [B, C], price_min: 0.04, price_max: 0.06}
   - {between: [B, D], price_min: 0.08, price_max: 0.10, availability: {replica_hosting: true}}
 tasks:
-  - {name: q, owner: A, load: 30, replicas: 1}
+  - {name: A.q, owner: A, load: 30, replicas: 1}
 simulation: {step_seconds: 1, offer_interval_seconds: 7, duration_seconds: 100, hysteresis: 0.01}
 """
 
 
 def test_an_overloaded_replica_host_sheds_it_to_the_partner_whose_contract_allows_it() -> None:
     result = simulate(parse_federation(SHED))
-    assert result.initial_hosts == {"q": "A", "q#r1": "B"}
+    assert result.initial_hosts == {"A.q": "A", "A.q#r1": "B"}
     # The replica is B's whole load: MC_B(30) = 1 / (35 (1 - 30/35)^2) = 1.4 per unit, and
     # shedding all 30 saves D_B(30) / 30 = 6 / 30 = 0.2 per unit. C's contract is cheaper but
     # refuses replicas, so the offer goes to D, whose MC at 30 is 1 / (100 * 0.7^2) = 0.0204.
     # Price: midpoint of the giver's reservation min(0.10, 0.2 - 0.01) = 0.10 and the taker's
     # max(0.08, 0.0204 + 0.01) = 0.08, i.e. 0.09.
     assert [(m.task, m.source, m.target, m.reason, m.at) for m in result.move_log] == [
-        ("q#r1", "B", "D", "offer", 0.0)
+        ("A.q#r1", "B", "D", "offer", 0.0)
     ]
     move = result.move_log[0]
     assert move.price == pytest.approx(0.09)
     assert move.giver_mc == pytest.approx(0.2)
     assert move.taker_mc == pytest.approx(MM1Cost(100).cost(30) / 30)
-    assert result.final_hosts == {"q": "A", "q#r1": "D"}
+    assert result.final_hosts == {"A.q": "A", "A.q#r1": "D"}
     assert result.final_load == {"A": 30.0, "B": 0.0, "C": 0.0, "D": 30.0}
     # Paid like any load, hop by hop, for the 100 s of the run: the owner keeps paying the
     # placement host at the A-B floor (0.10), which pays D the agreed 0.09.
@@ -69,27 +69,27 @@ def test_no_partner_that_may_host_it_keeps_the_replica_where_it_is() -> None:
     )
     result = simulate(doc)
     assert result.move_log == []
-    assert result.final_hosts == {"q": "A", "q#r1": "B"}
+    assert result.final_hosts == {"A.q": "A", "A.q#r1": "B"}
 
 
 def test_a_partner_hosting_the_primary_is_never_offered_the_replica() -> None:
     # D hosts the primary now (it was placed there), so the replica-hosting contract to D is
     # closed to the replica and B keeps it: never two copies of q on D.
     doc = parse_federation(
-        SHED.replace("{name: q, owner: A, load: 30", "{name: q, owner: A, host: D, load: 30")
+        SHED.replace("{name: A.q, owner: A, load: 30", "{name: A.q, owner: A, host: D, load: 30")
     )
     result = simulate(doc)
-    assert result.initial_hosts == {"q": "D", "q#r1": "B"}
-    assert all(m.task != "q#r1" for m in result.move_log)
-    assert result.final_hosts["q#r1"] == "B"
+    assert result.initial_hosts == {"A.q": "D", "A.q#r1": "B"}
+    assert all(m.task != "A.q#r1" for m in result.move_log)
+    assert result.final_hosts["A.q#r1"] == "B"
 
 
 def test_a_replica_without_an_eligible_host_is_left_unplaced() -> None:
     doc = parse_federation(SHED.replace("replicas: 1", "replicas: 2"))
     result = simulate(doc)
     # A's only replica-hosting partner is B: the second replica has nowhere to go.
-    assert result.unplaced_replicas == ("q#r2",)
-    assert "q#r2" not in result.final_hosts
+    assert result.unplaced_replicas == ("A.q#r2",)
+    assert "A.q#r2" not in result.final_hosts
 
 
 def test_the_receiver_refuses_a_second_copy_whatever_is_offered() -> None:
@@ -233,10 +233,10 @@ def test_when_its_host_leaves_a_replica_returns_the_way_it_came() -> None:
     doc = parse_federation(SHED + "timeline:\n  - {at: 20, event: leave, participant: D}\n")
     result = simulate(doc)
     assert [(m.task, m.source, m.target, m.reason) for m in result.move_log] == [
-        ("q#r1", "B", "D", "offer"),
-        ("q#r1", "D", "B", "leave"),
+        ("A.q#r1", "B", "D", "offer"),
+        ("A.q#r1", "D", "B", "leave"),
     ]
-    assert result.final_hosts == {"q": "A", "q#r1": "B"}
+    assert result.final_hosts == {"A.q": "A", "A.q#r1": "B"}
 
 
 def test_when_its_placement_host_leaves_the_replica_is_placed_afresh() -> None:
@@ -251,6 +251,6 @@ def test_when_its_placement_host_leaves_the_replica_is_placed_afresh() -> None:
     result = simulate(doc)
     # Placed on B (cheapest replica-hosting partner of A), shed to D, then B leaves: the
     # replica cannot go "home" to the owner, so it is placed again, on C.
-    assert result.initial_hosts["q#r1"] == "B"
-    assert result.final_hosts == {"q": "A", "q#r1": "C"}
+    assert result.initial_hosts["A.q#r1"] == "B"
+    assert result.final_hosts == {"A.q": "A", "A.q#r1": "C"}
     assert result.unplaced_replicas == ()

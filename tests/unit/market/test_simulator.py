@@ -116,12 +116,12 @@ participants:
 contracts:
   - {between: [A, B], price_min: 0.24, price_max: 0.26, min_move_seconds: 30}
 tasks:
-  - {name: a1, owner: A, load: 80}
-  - {name: a2, owner: A, load: 10}
-  - {name: b1, owner: B, load: 40}
+  - {name: A.a1, owner: A, load: 80}
+  - {name: A.a2, owner: A, load: 10}
+  - {name: B.b1, owner: B, load: 40}
 timeline:
-  - {at: 10, event: task_load, task: a1, load: 40}
-  - {at: 10, event: task_load, task: b1, load: 75}
+  - {at: 10, event: task_load, task: A.a1, load: 40}
+  - {at: 10, event: task_load, task: B.b1, load: 75}
 simulation: {step_seconds: 1, offer_interval_seconds: 7, duration_seconds: 120, hysteresis: 0.005}
 """
     )
@@ -129,7 +129,7 @@ simulation: {step_seconds: 1, offer_interval_seconds: 7, duration_seconds: 120, 
     moves = [(m.at, m.task, m.source, m.target, m.reason) for m in result.move_log]
     # A at 90 sheds a2 to B at 0.25; then A's load falls and B's rises, so at the first round
     # after the 30 s minimum, B (saving (D(85) - D(75)) / 10 = 0.267 > 0.255) hands it back.
-    assert moves == [(0, "a2", "A", "B", "offer"), (35, "a2", "B", "A", "move_back")]
+    assert moves == [(0, "A.a2", "A", "B", "offer"), (35, "A.a2", "B", "A", "move_back")]
     assert result.move_log[1].price == pytest.approx(0.25)
     assert result.final_load == {"A": 50.0, "B": 75.0}
     assert result.ledger == {"A->B": pytest.approx(0.25 * 10 * 35)}
@@ -149,11 +149,11 @@ contracts:
   - {{between: [C, D], price_min: 0.25, price_max: 0.25}}
   - {{between: [D, E], price_min: 0.25, price_max: 0.25}}
 tasks:
-  - {{name: a1, owner: A, load: 80}}
-  - {{name: a2, owner: A, load: 10}}
-  - {{name: b1, owner: B, load: 79}}
-  - {{name: c1, owner: C, load: 79}}
-  - {{name: d1, owner: D, load: 79}}
+  - {{name: A.a1, owner: A, load: 80}}
+  - {{name: A.a2, owner: A, load: 10}}
+  - {{name: B.b1, owner: B, load: 79}}
+  - {{name: C.c1, owner: C, load: 79}}
+  - {{name: D.d1, owner: D, load: 79}}
 simulation: {{step_seconds: 1, offer_interval_seconds: 7, duration_seconds: 60, hysteresis: 0.005}}
 """
 
@@ -164,7 +164,7 @@ def test_load_travels_past_two_hops_when_the_near_participants_are_full() -> Non
     doc = parse_federation(LINE.format(bc_min=0.25, bc_max=0.25))
     result = simulate(doc)
     legs = [(m.task, m.source, m.target, m.reason, m.price) for m in result.move_log]
-    assert legs == [("a2", x, y, "relay", 0.25) for x, y in itertools.pairwise("ABCDE")]
+    assert legs == [("A.a2", x, y, "relay", 0.25) for x, y in itertools.pairwise("ABCDE")]
     assert result.final_load == {"A": 80.0, "B": 79.0, "C": 79.0, "D": 79.0, "E": 10.0}
     assert result.acceptable
     # Relays are paid what they pay on: only A pays, only E is paid, net.

@@ -78,6 +78,8 @@ def test_what_the_holder_keeps() -> None:
         ("Q.x", "rollback"),
     ]
     assert kept("S", REPLICAS, CONTRACTS) == []
+    # X, the contract's maximum delay, is an active replica's delay budget: carried, or None.
+    assert [k.max_delay_seconds for k in keeps] == [None, 3.0, None]
 
 
 def test_precise_without_a_shipped_checkpoint_degrades_to_rollback() -> None:

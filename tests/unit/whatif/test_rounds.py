@@ -12,6 +12,7 @@ from app.market.rounds import (
     LargeFederationError,
     apply_moves,
     bounded_price_bound,
+    edge_offers,
     fill_level,
     generate_large,
     is_acceptable,
@@ -73,11 +74,22 @@ federations = st.builds(
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fed=federations)
 def test_every_round_is_rational_for_both_sides_and_lowers_total_cost(fed: LargeFederation):
+    _check_rounds_are_rational(fed, smooth=False)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fed=federations)
+def test_smoothing_chains_are_rational_for_both_sides_and_lower_total_cost(fed: LargeFederation):
+    # The same invariants with participants below their thresholds also offering along chains.
+    _check_rounds_are_rational(fed, smooth=True)
+
+
+def _check_rounds_are_rational(fed: LargeFederation, *, smooth: bool) -> None:
     load = fed.load.copy()
     cost = float(mm1_cost(fed.capacity, fed.scale, load.astype(float)).sum())
     delta = fed.hysteresis
     for _ in range(25):
-        moves = plan_round(fed, load)
+        moves = plan_round(fed, load, smooth=smooth)
         if moves.giver.size == 0:
             break
         # One offer per giver, and no giver takes load in the same round.
@@ -171,12 +183,28 @@ def test_generator_gives_exactly_k_contracts_and_the_thresholds_sit_near_eighty_
             {"participants": 10, "contracts_per_participant": 2, "capacity_spread": 1.0},
             "capacity_spread",
         ),
+        ({"participants": 10, "contracts_per_participant": 2, "price_centre": 0.0}, "price_centre"),
     ],
 )
 def test_generator_refuses_bad_options_by_name(options, field):
     with pytest.raises(LargeFederationError) as caught:
         generate_large(**options)
     assert caught.value.field == field
+
+
+def test_a_price_centre_moves_only_the_contracts_prices():
+    # The width/centre table compares the same participants and loads at every centre.
+    base = generate_large(participants=50, contracts_per_participant=3, price_range_width=0.2)
+    low = generate_large(
+        participants=50, contracts_per_participant=3, price_range_width=0.2, price_centre=0.05
+    )
+    for name in ("capacity", "scale", "load", "edge_a", "edge_b"):
+        np.testing.assert_array_equal(getattr(low, name), getattr(base, name))
+    np.testing.assert_allclose(low.price_min, 0.045)
+    np.testing.assert_allclose(low.price_max, 0.055)
+    np.testing.assert_allclose(base.price_min, 0.225)
+    # Cheaper contracts put the thresholds lower: they are measured at the contracts' prices.
+    assert np.all(thresholds(low) < thresholds(base))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -304,3 +332,79 @@ def test_bounded_price_bound_sits_between_the_continuous_bound_and_every_run():
         )
         final = run_rounds(fed).rounds[-1].cost
         assert water_filling_bound(fed) <= bounded_price_bound(fed) <= final
+
+
+def _smoothing_line() -> LargeFederation:
+    # P0 - P1 - P2 over [0.2, 0.3]: P0 (79 units) is below its threshold (80) but a unit of its
+    # still costs more than the floor plus the band; P1 (78) has nothing worth shedding at the
+    # floor and no room for a unit at any price P0 would pay; P2 is empty. No direct contract
+    # has a deal; only a chain through P1 lets P0 and P2 both gain.
+    return LargeFederation(
+        capacity=np.full(3, 100.0),
+        scale=np.ones(3),
+        load=np.array([79, 78, 0], dtype=np.int64),
+        edge_a=np.array([0, 1], dtype=np.int64),
+        edge_b=np.array([1, 2], dtype=np.int64),
+        price_min=np.full(2, 0.2),
+        price_max=np.full(2, 0.3),
+    )
+
+
+def test_a_participant_below_its_threshold_smooths_along_a_chain_when_both_ends_gain():
+    fed = _smoothing_line()
+    assert np.all(fed.load <= thresholds(fed))
+    # Without smoothing: a fixed point.
+    assert plan_round(fed, fed.load, smooth=False).giver.size == 0
+    moves = plan_round(fed, fed.load)
+    assert moves.giver.tolist() == [0] and moves.taker.tolist() == [2]
+    assert moves.hops.tolist() == [2] and moves.accepted.tolist() == [1]
+    price = float(moves.price[0])
+    assert 0.2 <= price <= 0.3
+    saved = float(unit_cost(fed.capacity[[0]], fed.scale[[0]], np.array([79.0]))[0])
+    cost = float(unit_cost(fed.capacity[[2]], fed.scale[[2]], np.array([1.0]))[0])
+    assert saved > price + fed.hysteresis and cost < price - fed.hysteresis
+    result = run_rounds(fed)
+    assert result.final_load.tolist() == [78, 78, 1]
+    assert result.rounds[-1].cost < result.initial_cost
+    assert run_rounds(fed, smooth=False).rounds == ()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(6, 80),
+    k=st.integers(2, 5),
+    width=st.sampled_from([0.05, 0.1, 0.2, 0.5]),
+    skew=st.floats(0.0, 2.0),
+    seed=st.integers(0, 10_000),
+)
+def test_after_smoothing_nobody_who_could_shed_at_the_floor_sees_room_at_it(
+    n, k, width, skew, seed
+):
+    # The fixed point with smoothing: no participant that would still gain by shedding a unit at
+    # the (common) floor shares a component with one that would take a unit below it, unless
+    # that one is busy giving on a direct contract.
+    fed = generate_large(
+        participants=n,
+        contracts_per_participant=k,
+        price_range_width=width,
+        load_skew=skew,
+        utilisation=0.7,
+        seed=seed,
+        uneven=True,
+    )
+    result = run_rounds(fed, max_rounds=2_000, smooth=True)
+    assert len(result.rounds) < 2_000
+    final = result.final_load
+    floor, delta = float(fed.price_min[0]), fed.hysteresis
+    shed = unit_cost(fed.capacity, fed.scale, final.astype(float)) - delta
+    take = unit_cost(fed.capacity, fed.scale, final.astype(float) + 1.0) + delta
+    giver, taker, pmin, pmax = fed.directed()
+    candidate = edge_offers(
+        fed.capacity, fed.scale, final, delta, giver, taker, pmin, pmax
+    ).candidate
+    busy = np.zeros(fed.size, dtype=bool)
+    busy[giver[candidate]] = True
+    wanting = shed > floor
+    room = (take < floor) & ~busy
+    # The generator's graph is connected for k >= 2 (offset 1 is always drawn).
+    assert not (wanting.any() and room.any())

@@ -1,0 +1,267 @@
+"""Active replicas in ``fedload agent``: a running DPC copy of a fragment hosted elsewhere.
+
+When a task's owner places an ``active_standby`` replica on this participant (``POST
+/v1/tasks/{name}/replicas``), this agent runs the task's fragment itself, beside its primary
+host, as a DPC node (``spark_jobs.runtime.dpc.DPCFragment``: SUnion with the delay budget from
+the contract's ``max_delay_seconds``, SOutput's UNDO/corrections/REC_DONE, checkpoint/redo).
+
+- It reads the same inputs as the primary (the producers' logs at their owners), acknowledging
+  as ``<task>.active`` (``active_name``): a position of its own, so neither copy trims what the
+  other still reads.
+- It writes to its own log of the output on its own endpoint, ``<task>.out@<me>``
+  (``app.dataplane.streams.replica_stream``), not to the owner's: a consumer reads the copy it
+  can reach, so each copy's output must be reachable over that copy's own links.
+- It reconciles only under the registry's permit (``/v1/permits/<task>``, asked as this
+  participant), so two replicas of a fragment never reconcile at once.
+- It answers ``dpc_state`` on the agent's endpoint (scope: read of its log) with its node
+  state, which is what a consumer ranks replicas by.
+
+Its clock is the wall clock mapped onto the sources' stime: at start, "now" is set to the first
+input's boundary (a live producer closes a bucket as its second ends), so a bucket is released
+TENTATIVE once its end is more than the budget behind the wall clock without every BOUNDARY. A
+copy starts from empty state at the next window start after the input's newest bucket (as a
+``gap`` start): every window it emits from there is whole, and equal to the primary's.
+
+Not yet: the primary host runs its fragment as a plain query (always STABLE to a consumer), and
+a failover of a task with an active replica follows the precise path (restart at the holder);
+the running copy is stopped once this participant becomes the host.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from app.availability.states import NodeState
+from app.dataplane.streams import replica_stream
+from app.participant.failover import Keep, align_up, window_span
+from app.participant.ports import TaskRecord
+from spark_jobs.fragments import catalogue
+from spark_jobs.runtime.dpc import DPCFragment, DPCSettings
+from spark_jobs.runtime.host import StreamRef
+from spark_jobs.runtime.transport import StreamClient
+
+if TYPE_CHECKING:
+    from spark_jobs.runtime.participant_host import SparkParticipantHost
+
+log = logging.getLogger("fedload.agent.active")
+
+ACTIVE = "active"
+# <task>.active (its query's checkpoint), <task>.active.dpc (its DPC state), <task>.active.redo-N.
+_COPY_DIRECTORY = re.compile(rf".\.{ACTIVE}(\.dpc|\.redo-\d+)?$")
+TECHNIQUE = "active_standby"
+# X when the contract names none: Borealis's experiments' 3 s.
+DEFAULT_MAX_DELAY_S = 3.0
+POLL_EVERY_S = 0.2
+INFO_TIMEOUT_S = 2.0
+
+
+def active_name(task: str) -> str:
+    """The copy's name here: its query, checkpoint and the consumer position it acknowledges."""
+    return f"{task}.{ACTIVE}"
+
+
+def is_active_copy(fragment: str) -> bool:
+    """A checkpoint directory of an active copy (its query's, its DPC state's, a redo's): the
+    host's clean-up of fragments hosted elsewhere must leave these to ``ActiveReplicas``."""
+    return _COPY_DIRECTORY.search(fragment) is not None
+
+
+@dataclass
+class _Copy:
+    task: str
+    dpc: DPCFragment
+    stream: str
+    max_delay_s: float
+    started_at: float
+    replay_from: int
+    # The state last reported to the registry.
+    reported: str | None = None
+
+
+class ActiveReplicas:
+    """The active copies this agent runs, kept in line with the registry's replica records."""
+
+    def __init__(self, host: SparkParticipantHost, poll_every_s: float = POLL_EVERY_S) -> None:
+        self._host = host
+        self._copies: dict[str, _Copy] = {}
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._poll_every_s = poll_every_s
+        self._thread: threading.Thread | None = None
+        self.errors: list[str] = []
+        host.server.actions["dpc_state"] = self._state
+
+    # -- the tick --------------------------------------------------------------------------
+    def keep(self, records: Mapping[str, TaskRecord], keeps: list[Keep]) -> None:
+        me = self._host.name
+        wanted = {
+            k.task: k
+            for k in keeps
+            if k.technique == TECHNIQUE
+            and (record := records.get(k.task)) is not None
+            and record.real
+            and not record.source
+            and record.host != me
+        }
+        with self._lock:
+            gone = [task for task in self._copies if task not in wanted]
+        for task in gone:
+            self._stop(task)
+        for task, k in wanted.items():
+            with self._lock:
+                copy = self._copies.get(task)
+            if copy is not None:
+                self._report(copy)
+                continue
+            try:
+                self._start(records[task], k)
+            except Exception as error:  # the next tick tries again
+                self._note(f"active copy of {task}: {type(error).__name__}: {error}")
+
+    def state_of(self, task: str) -> NodeState | None:
+        with self._lock:
+            copy = self._copies.get(task)
+        return None if copy is None else copy.dpc.state
+
+    def running(self) -> list[str]:
+        with self._lock:
+            return sorted(self._copies)
+
+    def close(self) -> None:
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        for task in self.running():
+            self._stop(task, remove=False)
+
+    # -- internals -------------------------------------------------------------------------
+    def _start(self, record: TaskRecord, k: Keep) -> None:
+        host = self._host
+        if not host.runtime.has_spark:
+            host.warm()  # never inside the tick: the next tick after the JVM is up starts it
+            return
+        spec = host.spec_of(record)
+        if spec is None or not spec.inputs:
+            return
+        first = spec.inputs[0]
+        with StreamClient(first.location, timeout=INFO_TIMEOUT_S) as producer:
+            boundary = producer.info(first.stream)["boundary"]
+        if boundary is None:
+            return  # the input has not closed a bucket yet: no clock to map, try next tick
+        bucket_ms = round(spec.bucket_seconds * 1000)
+        offset_ms = round(time.time() * 1000) - int(boundary) * bucket_ms
+        defaults = catalogue.PARAMETERS.get(record.fragment or "", {})
+        span = window_span(record.params, defaults, spec.bucket_seconds)
+        replay_from = align_up(int(boundary), span)
+        stream = replica_stream(record.name, host.name)
+        host.server.log.declare(stream, spec.bucket_seconds)
+        name = active_name(record.name)
+        copy_spec = replace(spec, name=name, output=StreamRef(host.endpoint, stream))
+        max_delay = float(k.max_delay_seconds or DEFAULT_MAX_DELAY_S)
+        settings = DPCSettings(
+            max_delay_seconds=max_delay, clock_offset_ms=offset_ms, adaptive_budget=True
+        )
+        registry = host.client
+        task, me = record.name, host.name
+
+        def request(_fragment: str) -> bool:
+            try:
+                return bool(registry.request_permit(task, me)["granted"])
+            except Exception as error:  # no registry, no permit: reconcile later
+                self._note(f"permit for {task}: {type(error).__name__}: {error}")
+                return False
+
+        def release(_fragment: str) -> None:
+            try:
+                registry.release_permit(task, me)
+            except Exception as error:  # the lease runs out on its own
+                self._note(f"permit release for {task}: {type(error).__name__}: {error}")
+
+        dpc = DPCFragment(
+            host.runtime,
+            copy_spec,
+            settings,
+            epoch=0,
+            request_permission=request,
+            release_permission=release,
+        )
+        dpc.start(replay_from=None if dpc.resumed else replay_from)
+        with self._lock:
+            self._copies[task] = _Copy(task, dpc, stream, max_delay, time.time(), replay_from)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._poll_loop, name="active-replicas", daemon=True
+                )
+                self._thread.start()
+        log.info("%s: active copy started as %s, X = %s s", task, name, max_delay)
+
+    def _report(self, copy: _Copy) -> None:
+        """Tell the registry the copy's DPC state when it changed (the admin's availability
+        page shows it); a consumer asks the copy itself (``dpc_state``), never waiting on this."""
+        state = copy.dpc.state.value
+        if state == copy.reported:
+            return
+        try:
+            self._host.client.report_replica_state(copy.task, state)
+        except Exception as error:  # the next tick reports again
+            self._note(f"state of {copy.task}: {type(error).__name__}: {error}")
+            return
+        copy.reported = state
+
+    def _stop(self, task: str, *, remove: bool = True) -> None:
+        with self._lock:
+            copy = self._copies.pop(task, None)
+        if copy is None:
+            return
+        runtime = self._host.runtime
+        name = copy.dpc.spec.name
+        redo = copy.dpc.sink.redo
+        for slot in ([redo.copy] if redo is not None else []) + [name]:
+            try:
+                runtime.stop(slot)
+            except Exception as error:
+                self._note(f"stopping {slot}: {type(error).__name__}: {error}")
+        if remove:
+            for path in runtime.checkpoint_root.glob(f"{name}*"):
+                shutil.rmtree(path, ignore_errors=True)
+        log.info("%s: active copy stopped", task)
+
+    def _poll_loop(self) -> None:
+        while not self._stopped.wait(self._poll_every_s):
+            with self._lock:
+                copies = list(self._copies.values())
+            for copy in copies:
+                try:
+                    copy.dpc.poll()
+                except Exception as error:  # a poll across a cut link: the next one may pass
+                    self._note(f"{copy.task}: poll: {type(error).__name__}: {error}")
+
+    def _state(self, body: dict[str, Any]) -> dict[str, Any]:
+        stream = str(body["stream"])
+        with self._lock:
+            copy = next((c for c in self._copies.values() if c.stream == stream), None)
+        if copy is None:
+            raise KeyError(f"no active copy writes {stream} here")
+        sink = copy.dpc.sink
+        return {
+            "task": copy.task,
+            "state": copy.dpc.state.value,
+            "max_delay_seconds": copy.max_delay_s,
+            "replay_from": copy.replay_from,
+            "tentative_batches": sink.tentative_batches,
+            "tentative_rows": sink.rules.tentative_sent,
+            "corrections": sink.rules.corrections_sent,
+            "undos": sink.rules.undos_sent,
+            "reconciliations": len(copy.dpc.reconciliations),
+        }
+
+    def _note(self, message: str) -> None:
+        log.warning("%s", message)
+        self.errors = [*self.errors[-49:], message]

@@ -1,0 +1,612 @@
+"""``fedload demo --scenario partition`` through the product: a consumer loses its link to the
+primary and switches to the active replica another agent runs.
+
+``fedload serve`` and one ``fedload agent`` per participant of ``partition-federation.yaml``: O
+owns and hosts O.x (a stateful fragment over O's own source) and T, under a contract that asks
+precise recovery with X = 3 s, holds O.x's active replica: T's agent runs the fragment too, as a
+DPC node (``spark_jobs.runtime.active``), writing its own log ``O.x.out@T``. The driver does what
+an owner and an operator would: O places the replica (``POST /v1/tasks/O.x/replicas``), then a
+consumer reads O.x's output (``app.availability.consumer``, the one consumer rule) with the
+operator's read tokens, reaching each copy's endpoint through its own fault proxy
+(``spark_jobs.ha.faultproxy``), so the link to O is cut for real (TCP held: a partition) while O,
+T and every other link keep running. Failure detection is the one detector rule
+(``app.availability.detector``) on pings over the same links.
+
+Checks (the old partition report's, plus ``processes``): one switch O -> T after the cut; the
+consumer stays with T after the heal although O answers again; no tentative output (T's inputs
+were never cut: it stayed STABLE); nothing lost or delivered twice; the consumer's output equals
+the failure-free output (O's own log: O was never failed, only cut off from the consumer, and
+its inputs stayed local); and T's log agrees with O's over every window T computed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import secrets
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.flight as flight
+from rich.console import Console
+
+from app.availability.consumer import ReplicaConsumer, ReplicaStatus, Row
+from app.availability.detector import FailureDetector, PeerStatus
+from app.availability.states import NodeState
+from app.dataplane.streams import output_stream, replica_stream
+from app.dataplane.tokens import READ, Grant
+from app.db.session import dispose_engines
+from app.federation.document import load_federation
+from app.participant.client import FedloadClient
+from spark_jobs.ha.faultproxy import CutMode, FaultProxy
+from spark_jobs.runtime.dataplane import TokenSource, registry_tokens
+from spark_jobs.runtime.transport import StreamClient
+from spark_jobs.scenarios.processes import AgentSettings, Placement, ProcessFederation
+
+FEDERATION = Path(__file__).with_name("partition-federation.yaml")
+OWNER, HOLDER, TASK, SOURCE = "O", "T", "O.x", "O.conns"
+WINDOW_S = 4  # O.x's window in partition-federation.yaml
+REPLICAS = (OWNER, HOLDER)
+
+
+@dataclass(frozen=True)
+class PartitionOptions:
+    report_dir: Path = Path("var/reports/demo/partition")
+    work: Path | None = None
+    database_url: str | None = None
+    # The consumer's failure detector: a replica is failed after a ping went unanswered for
+    # interval x misses. Wider than Borealis's 100 ms x 3: the pings are answered by the agent's
+    # own Flight server, whose process also drives Spark (a loaded CI machine delays it).
+    heartbeat_s: float = 0.5
+    misses: int = 4
+    fail_for_s: float = 6.0
+    cut_mode: CutMode = "drop"
+    # Output the consumer reads before the cut and after the heal.
+    before_cut_s: float = 4.0
+    after_heal_s: float = 8.0
+    # The agents' heartbeats to the service (failed after 3 missed).
+    heartbeat_interval: float = 5.0
+    startup_timeout_s: float = 600.0
+    reference_timeout_s: float = 180.0
+
+
+def _wait(what: str, check: Callable[[], Any], timeout: float, every: float = 0.3) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except Exception as error:  # an agent may still be starting: keep asking
+            last = error
+        else:
+            if last:
+                return last
+        time.sleep(every)
+    raise TimeoutError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
+
+
+def _rows(reader: flight.FlightStreamReader) -> list[Row]:
+    return [tuple(r.values()) for r in reader.read_all().to_pylist()]
+
+
+def dpc_state(client: StreamClient, stream: str) -> dict[str, Any]:
+    """An active replica's DPC state, asked of the agent that writes ``stream``."""
+    found: dict[str, Any] = client.call(
+        "dpc_state", Grant(frozenset({READ}), stream=stream), stream=stream
+    )
+    return found
+
+
+class FlightLink:
+    """The consumer's end of its link to one copy of the stream: every call has a deadline,
+    because across a dropped link one without would wait for the heal."""
+
+    def __init__(self, location: str, stream: str, tokens: TokenSource, timeout: float) -> None:
+        self.location, self.stream = location, stream
+        self._tokens, self._timeout = tokens, timeout
+        self._client: StreamClient | None = None
+
+    def _get(self) -> StreamClient:
+        if self._client is None:
+            self._client = StreamClient(self.location, timeout=self._timeout, tokens=self._tokens)
+        return self._client
+
+    def drop(self) -> None:
+        # A failed call drops the channel: gRPC keeps a broken one in back-off past the heal.
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def boundary(self) -> int | None:
+        try:
+            found = self._get().info(self.stream)["boundary"]
+        except flight.FlightError:
+            self.drop()
+            raise
+        return None if found is None else int(found)
+
+    def read(self, lo: int, hi: int) -> Sequence[Row]:
+        try:
+            return _rows(self._get().read(self.stream, lo, hi))
+        except flight.FlightError:
+            self.drop()
+            raise
+
+    def state(self) -> NodeState:
+        try:
+            return NodeState(dpc_state(self._get(), self.stream)["state"])
+        except flight.FlightError:
+            self.drop()
+            raise
+
+    def close(self) -> None:
+        self.drop()
+
+
+class Consumer:
+    """Runs the one consumer rule over Flight links: a heartbeat thread per copy (the detector's
+    pings: ``info`` on the copy's log, each waited for to the end of the window) and a read
+    loop (each copy's state and boundary, the choice, then complete buckets from the chosen)."""
+
+    def __init__(
+        self,
+        links: dict[str, FlightLink],
+        pings: dict[str, FlightLink],
+        dpc: set[str],
+        heartbeat_s: float,
+        misses: int,
+    ) -> None:
+        self.links, self.pings, self.dpc = links, pings, dpc
+        self.names = tuple(links)
+        self.rule = ReplicaConsumer(output_stream(TASK), self.names, next_bucket=0)
+        self.interval = heartbeat_s
+        self.detector = FailureDetector(time.monotonic, interval=heartbeat_s, misses=misses)
+        # Per delivered row's key: when the consumer first had it; the keys of the first read
+        # (the log's backlog, not live latency).
+        self.first_seen: dict[Hashable, float] = {}
+        self.first_pull_done = False
+        self.backlog: set[Hashable] = set()
+        self.heard_at: dict[str, list[float]] = {n: [] for n in self.names}
+        self.back_at: dict[str, list[float]] = {n: [] for n in self.names}
+        self.status_log: list[dict[str, Any]] = []
+        self.states: dict[str, str | None] = dict.fromkeys(self.names)
+        self.switch_times: list[float] = []
+        self.read_errors = dict.fromkeys(self.names, 0)
+        self.errors: list[str] = []
+        self._status: dict[str, PeerStatus] = {}
+        # The last status read of each copy, and whether the detector has it suspect now.
+        self.known: dict[str, ReplicaStatus] = {}
+        self.suspect: dict[str, bool] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._heartbeats, args=(n,), daemon=True) for n in self.names
+        ]
+        self._threads.append(threading.Thread(target=self._read_loop, daemon=True))
+
+    def start(self) -> None:
+        with self._lock:
+            for name in self.names:
+                self.detector.watch(name)
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        for link in (*self.links.values(), *self.pings.values()):
+            link.close()
+
+    def _heartbeats(self, name: str) -> None:
+        link = self.pings[name]
+        while not self._stop.wait(self.interval / 10):
+            with self._lock:
+                due = self.detector.should_ping(name)
+            if not due:
+                continue
+            try:
+                link.boundary()
+            except flight.FlightError:
+                with self._lock:
+                    self.detector.missed(name)
+                continue
+            with self._lock:
+                if self.detector.failed(name):
+                    self.back_at[name].append(time.time())
+                self.detector.heard(name)
+                self.heard_at[name].append(time.time())
+
+    def _statuses(self) -> list[ReplicaStatus]:
+        now = time.time()
+        out = []
+        for name in self.names:
+            with self._lock:
+                status = self.detector.status(name)
+                if self._status.get(name) != status and status in (
+                    PeerStatus.FAILED,
+                    PeerStatus.ALIVE,
+                ):
+                    self.status_log.append({"replica": name, "status": str(status), "at": now})
+                    self._status[name] = status
+            reachable = status is not PeerStatus.FAILED
+            known = self.known.get(name)
+            state = None if known is None else known.state
+            boundary = None if known is None else known.boundary
+            if status is PeerStatus.SUSPECT:
+                # Silent past the window, not yet verified failed: keep what was known and do
+                # not wait on its link (a call across a partition would stall the loop; only
+                # the detector decides that it failed).
+                pass
+            elif reachable:
+                link = self.links[name]
+                try:
+                    # The primary runs a plain query: its output is stable whenever it is read.
+                    state = link.state() if name in self.dpc else NodeState.STABLE
+                    boundary = link.boundary()
+                except flight.FlightError:
+                    self.read_errors[name] += 1
+            self.states[name] = None if state is None else state.value
+            self.known[name] = ReplicaStatus(name, state, reachable, boundary)
+            self.suspect[name] = status is PeerStatus.SUSPECT
+            out.append(self.known[name])
+        return out
+
+    def _read_loop(self) -> None:
+        while not self._stop.wait(0.1):
+            try:
+                switch = self.rule.choose(self._statuses(), time.time())
+                if switch is not None:
+                    self.switch_times.append(switch.at)
+                before = set(self.rule.delivered)
+                if not self.suspect.get(self.rule.current):
+                    self.rule.pull(self.links)
+                now = time.time()
+                fresh = [k for k in self.rule.delivered if k not in before]
+                for key in fresh:
+                    self.first_seen[key] = now
+                    if not self.first_pull_done:
+                        self.backlog.add(key)
+                if fresh:
+                    self.first_pull_done = True
+            except flight.FlightError:
+                self.read_errors[self.rule.current] += 1
+            except Exception as error:
+                self.errors.append(f"{type(error).__name__}: {error}")
+
+
+def run_partition(options: PartitionOptions, console: Console | None = None) -> dict[str, Any]:
+    console = console or Console()
+    doc = load_federation(FEDERATION)
+    work = options.work or Path(tempfile.mkdtemp(prefix="fedload-partition-"))
+    eager = Placement(args=("--spark-eager",))
+    fed = ProcessFederation(
+        doc,
+        work,
+        database_url=options.database_url,
+        admin_key=secrets.token_urlsafe(16),
+        heartbeat_interval=options.heartbeat_interval,
+        agent_settings=AgentSettings(offer_interval=3600.0),
+        placements={OWNER: eager, HOLDER: eager},
+    )
+    with fed:
+        fed.start()
+        for p in doc.participants:
+            fed.start_agent(p.name)
+        console.print(f"agents: {', '.join(f'{n} (pid {a.pid})' for n, a in fed.agents.items())}")
+        admin = fed.admin()
+        try:
+            return _run(options, console, fed, admin)
+        except BaseException:
+            for name, agent in fed.agents.items():
+                console.print(f"--- {name}'s agent log ---\n{agent.tail(30)}")
+            raise
+        finally:
+            admin.close()
+            dispose_engines(fed.registry_url)
+
+
+def _location(admin: FedloadClient, participant: str) -> str:
+    found = admin.endpoint(participant)
+    if found is None:
+        raise LookupError(f"{participant} has reported no endpoint yet")
+    return found
+
+
+def _port(location: str) -> int:
+    return int(location.rsplit(":", 1)[1])
+
+
+def _run(
+    options: PartitionOptions, console: Console, fed: ProcessFederation, admin: FedloadClient
+) -> dict[str, Any]:
+    # The operator's read tokens (the agents' endpoints refuse calls without one).
+    tokens = registry_tokens(admin)
+    fed.client(OWNER)._call(
+        "POST", f"/v1/tasks/{TASK}/replicas", json={"k": 1, "technique": "active_standby"}
+    )
+    streams = {OWNER: output_stream(TASK), HOLDER: replica_stream(TASK, HOLDER)}
+
+    def info(name: str) -> dict[str, Any]:
+        with StreamClient(_location(admin, name), timeout=5.0, tokens=tokens) as client:
+            return client.info(streams[name])
+
+    def holder_state() -> dict[str, Any]:
+        with StreamClient(_location(admin, HOLDER), timeout=5.0, tokens=tokens) as client:
+            return dpc_state(client, streams[HOLDER])
+
+    with console.status("O runs O.x; T starts its active replica and catches up ..."):
+        _wait(
+            "O.x to write output at O", lambda: info(OWNER)["rows"] > 0, options.startup_timeout_s
+        )
+
+        def replica_caught_up() -> bool:
+            state = holder_state()
+            boundary = info(HOLDER)["boundary"]
+            # Past its first whole window, and STABLE.
+            return (
+                state["state"] == NodeState.STABLE.value
+                and boundary is not None
+                and boundary > int(state["replay_from"]) + WINDOW_S
+                and info(HOLDER)["rows"] > 0
+            )
+
+        _wait(
+            "T's active replica to write stable output",
+            replica_caught_up,
+            options.startup_timeout_s,
+        )
+
+        def source_end() -> int:
+            with StreamClient(_location(admin, OWNER), timeout=5.0, tokens=tokens) as client:
+                return int(client.info(output_stream(SOURCE))["boundary"] or 0)
+
+        def primary_caught_up() -> bool:
+            # O starts on its source's whole log (its Spark took a minute to start, the source
+            # published meanwhile): latencies before the cut mean something only once it has
+            # worked through that backlog, to within two windows of the source.
+            return (info(OWNER)["boundary"] or 0) >= source_end() - 2 * WINDOW_S
+
+        with contextlib.suppress(TimeoutError):
+            _wait("O to work through its source's backlog", primary_caught_up, 120, every=1.0)
+    processes = fed.processes()
+    locations = {name: _location(admin, name) for name in REPLICAS}
+    proxies = {name: FaultProxy(_port(locations[name])) for name in REPLICAS}
+    window = options.heartbeat_s * options.misses
+
+    def links(timeout: float) -> dict[str, FlightLink]:
+        return {
+            name: FlightLink(proxies[name].location, streams[name], tokens, timeout)
+            for name in REPLICAS
+        }
+
+    # Data calls wait one heartbeat interval at most (a slow answer is a read error, retried;
+    # only the detector's pings, which wait to the end of the window, decide a failure).
+    consumer = Consumer(
+        links(options.heartbeat_s), links(window), {HOLDER}, options.heartbeat_s, options.misses
+    )
+    # Where the sources' stime stands on the wall clock: O's source closes a bucket as its
+    # second ends, so now - its boundary maps stime onto wall time (for latencies only).
+    with StreamClient(locations[OWNER], timeout=5.0, tokens=tokens) as client:
+        source_boundary = client.info(output_stream(SOURCE))["boundary"]
+    stime_to_wall = time.time() - float(source_boundary or 0)
+    try:
+        started = time.time()
+        consumer.start()
+        _wait("the consumer's first rows from O", lambda: consumer.rule.delivered, 120)
+        time.sleep(options.before_cut_s)
+        delivered_before_cut = len(consumer.rule.delivered)
+        console.print(f"cutting the consumer's link to {OWNER} ({options.cut_mode})")
+        proxies[OWNER].cut(options.cut_mode)
+        failure_at = time.time()
+        time.sleep(options.fail_for_s)
+        # Taken before the heal: an answer through the first re-connected connection may come
+        # back before heal() returns.
+        heal_at = time.time()
+        proxies[OWNER].heal()
+        console.print("healed; the consumer should stay with T")
+        time.sleep(options.after_heal_s)
+        _wait(
+            "O to answer the consumer again",
+            lambda: any(a > heal_at for a in consumer.back_at[OWNER]),
+            30,
+        )
+    finally:
+        consumer.stop()
+        for proxy in proxies.values():
+            proxy.close()
+    final_state = holder_state()
+    # The registry's view: the state T's agent reported for its replica (the admin page's).
+    registry_replicas = [
+        {k: r.get(k) for k in ("task", "host", "technique", "state")} for r in admin.replicas()
+    ]
+    # The reference is O's own log (never failed, its input local): on a loaded machine it may
+    # lag the replica, which started at the source's newest bucket while O worked through its
+    # backlog, so give it time to reach what the consumer read, then compare below both.
+    read_upto = consumer.rule.next_bucket
+    with contextlib.suppress(TimeoutError):
+        _wait(
+            "O's log to reach what the consumer read",
+            lambda: (info(OWNER)["boundary"] or 0) >= read_upto,
+            options.reference_timeout_s,
+            every=1.0,
+        )
+    with StreamClient(locations[OWNER], tokens=tokens) as client:
+        o_boundary = client.info(streams[OWNER])["boundary"]
+        upto = min(read_upto, int(o_boundary or 0))
+        reference = sorted(_rows(client.read(streams[OWNER], -(2**62), upto)))
+    replay_from = int(final_state["replay_from"])
+    with StreamClient(locations[HOLDER], tokens=tokens) as client:
+        t_boundary = client.info(streams[HOLDER])["boundary"]
+        both = min(b for b in (o_boundary, t_boundary) if b is not None)
+        t_rows = sorted(_rows(client.read(streams[HOLDER], replay_from + 1, both)))
+    with StreamClient(locations[OWNER], tokens=tokens) as client:
+        o_rows = sorted(_rows(client.read(streams[OWNER], replay_from + 1, both)))
+    report = _report(
+        options,
+        consumer,
+        processes,
+        reference,
+        final_state,
+        failure_at=failure_at,
+        heal_at=heal_at,
+        started=started,
+        compared_below=upto,
+        stime_to_wall=stime_to_wall,
+        delivered_before_cut=delivered_before_cut,
+        replicas_agree=bool(t_rows) and t_rows == o_rows,
+        boundaries={OWNER: o_boundary, HOLDER: t_boundary},
+        proxies=proxies,
+    )
+    report["registry_replicas"] = registry_replicas
+    options.report_dir.mkdir(parents=True, exist_ok=True)
+    (options.report_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    for check, passed in report["checks"].items():
+        console.print(f"{'[green]pass[/]' if passed else '[red]FAIL[/]'} {check}")
+    console.print(f"report: {options.report_dir / 'report.json'}")
+    return report
+
+
+def _report(
+    options: PartitionOptions,
+    consumer: Consumer,
+    processes: dict[str, int],
+    reference: list[Row],
+    holder: dict[str, Any],
+    *,
+    failure_at: float,
+    heal_at: float,
+    started: float,
+    compared_below: int,
+    stime_to_wall: float,
+    delivered_before_cut: int,
+    replicas_agree: bool,
+    boundaries: dict[str, Any],
+    proxies: dict[str, FaultProxy],
+) -> dict[str, Any]:
+    rule = consumer.rule
+
+    def ms(at: float) -> int:
+        return round((at - started) * 1000)
+
+    switches = [
+        {
+            "consumer": "operator",
+            "stream": rule.stream,
+            "from": s.from_replica,
+            "to": s.to_replica,
+            "at_ms": ms(s.at),
+            "version": s.version,
+            "resume_bucket": resume,
+        }
+        for s, resume in rule.switches
+    ]
+    moved = [
+        s
+        for s, _ in rule.switches
+        if (s.from_replica, s.to_replica) == (OWNER, HOLDER) and s.at >= failure_at
+    ]
+    output = rule.output()
+    # Latency of a row: when the consumer first had it minus its window's end on the wall
+    # clock; added: the worst minus the median before the cut. Rows of the first read (the
+    # log's backlog) are left out.
+    lat = [
+        (seen - rule.delivered[key].row[0].timestamp() - stime_to_wall, seen < failure_at)
+        for key, seen in consumer.first_seen.items()
+        if key not in consumer.backlog
+    ]
+    before = [v for v, early in lat if early]
+    baseline = statistics.median(before) if before else None
+    added = None if baseline is None or not lat else max(v for v, _ in lat) - baseline
+    false_suspicions = [
+        e
+        for e in consumer.status_log
+        if e["status"] == PeerStatus.FAILED and (e["replica"] != OWNER or e["at"] < failure_at)
+    ]
+
+    def longest_silence_ms(name: str) -> int | None:
+        gaps = [
+            b - a
+            for a, b in itertools.pairwise(consumer.heard_at[name])
+            if name != OWNER or b < failure_at or a > heal_at
+        ]
+        return round(max(gaps) * 1000) if gaps else None
+
+    # What the consumer delivered below where the reference reaches (each row sits in the
+    # bucket of its window's end); the rest is reported, not compared.
+    compared = [r for r in output if int(r[0].timestamp()) < compared_below]
+    missing = set(reference) - set(compared)
+    via_replica = sum(
+        1
+        for d in rule.delivered.values()
+        if d.replica == HOLDER and int(d.row[0].timestamp()) < compared_below
+    )
+    report: dict[str, Any] = {
+        "scenario": "partition",
+        "engine": "spark",
+        "through": "fedload serve + fedload agent processes",
+        "processes": processes,
+        "cut_mode": options.cut_mode,
+        "failure_at_ms": ms(failure_at),
+        "heal_at_ms": ms(heal_at),
+        "switches": switches,
+        "detected_after_ms": round((moved[0].at - failure_at) * 1000) if moved else None,
+        # The consumer reads stable logs only; T's own tentative output (none while its inputs
+        # are reachable) is what it would have had to deliver without a stable copy.
+        "tentative_tuples": int(holder.get("tentative_rows", 0)),
+        "tentative_batches": int(holder.get("tentative_batches", 0)),
+        "corrections": int(holder.get("corrections", 0)),
+        "replica_state": holder,
+        "input_duplicates": len(rule.duplicates),
+        "deferred_switches": rule.deferred,
+        "delivered_before_cut": delivered_before_cut,
+        "rows_out": len(output),
+        "reference_rows": len(reference),
+        "rows_by_version": rule.rows_by_version(),
+        "false_suspicions": len(false_suspicions),
+        "longest_silence_on_live_link_ms": {n: longest_silence_ms(n) for n in REPLICAS},
+        "detector": {"interval_ms": round(options.heartbeat_s * 1000), "misses": options.misses},
+        "compared_below_bucket": compared_below,
+        "rows_compared": len(compared),
+        "rows_compared_via_replica": via_replica,
+        "difference": {"missing": len(missing), "extra": len(set(compared) - set(reference))},
+        "replica_status_log": [
+            {"replica": e["replica"], "status": e["status"], "at_ms": ms(e["at"])}
+            for e in consumer.status_log
+        ],
+        "rows_after_heal": sum(1 for seen in consumer.first_seen.values() if seen > heal_at),
+        "o_heard_again_after_heal_ms": next(
+            (round((a - heal_at) * 1000) for a in consumer.back_at[OWNER] if a > heal_at), None
+        ),
+        "baseline_latency_ms": None if baseline is None else round(baseline * 1000, 1),
+        "max_latency_ms": round(max(v for v, _ in lat) * 1000, 1) if lat else None,
+        "max_added_latency_ms": None if added is None else round(added * 1000, 1),
+        "max_delay_ms": round(float(holder.get("max_delay_seconds", 0)) * 1000),
+        "read_errors": consumer.read_errors,
+        "consumer_errors": consumer.errors[-20:],
+        "log_boundaries": boundaries,
+        "proxy_stats": {name: asdict(proxy.stats) for name, proxy in proxies.items()},
+    }
+    report["checks"] = {
+        # Rows through the replica among those compared: else the check says nothing of it.
+        "output_matches_reference": bool(reference) and compared == reference and via_replica > 0,
+        "switched_to_replica": len(rule.switches) == 1 and len(moved) == 1,
+        "stays_after_heal": rule.current == HOLDER
+        and report["o_heard_again_after_heal_ms"] is not None
+        and report["rows_after_heal"] > 0,
+        "no_tentative_output": report["tentative_tuples"] == 0
+        and holder.get("state") == NodeState.STABLE.value,
+        "no_duplicates": not rule.duplicates and len(output) == len(set(output)),
+        "no_losses": not missing,
+        "consumer_loop_without_errors": not consumer.errors,
+        "replicas_agree": replicas_agree,
+    }
+    report["ok"] = all(report["checks"].values())
+    return report
