@@ -4,14 +4,17 @@ from S's cluster to T's with its state, and its output equals the reference."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from app.market.rounds import generate_large, run_rounds
 from spark_jobs.scenarios.processes import Placement, free_port
 from tests.integration.hosts.moves import move_o_x_from_s_to_t, placed_federation
 from tests.support.components import require, require_java
@@ -110,3 +113,57 @@ def test_an_agent_whose_cluster_gives_no_executor_stops_with_a_clear_error(
     # Either our wait ran out ("no executor registered ... within 5 s") or Spark gave up on
     # the master first; both end the agent with the reason, never a hang.
     assert "Spark did not start" in done.stderr, done.stderr[-3000:]
+
+
+def test_the_large_what_if_runs_on_a_standalone_cluster(
+    clusters: dict[str, StandaloneCluster], tmp_path: Path
+) -> None:
+    """`fedload whatif --large` on a cluster (the planner's path at scale): the rounds run on the
+    cluster's executors and end where the NumPy rounds end."""
+    out = tmp_path / "large"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app",
+            "whatif",
+            "--large",
+            "2000",
+            "--k",
+            "4",
+            "--seed",
+            "5",
+            "--skew",
+            "1.5",
+            "--utilisation",
+            "0.8",
+            "--spark-master",
+            clusters["S"].url,
+            "--spark-conf",
+            "spark.fedload.executorWaitSeconds=600",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    if done.returncode != 0:
+        print(clusters["S"].logs())
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    reference = run_rounds(
+        generate_large(
+            participants=2000,
+            contracts_per_participant=4,
+            load_skew=1.5,
+            utilisation=0.8,
+            seed=5,
+        ),
+        max_rounds=200,
+    )
+    assert summary["acceptable"] == reference.acceptable
+    assert summary["rounds"] == len(reference.rounds)
+    names = sorted(summary["final_load"])
+    np.testing.assert_array_equal([summary["final_load"][n] for n in names], reference.final_load)
+    assert clusters["S"].shipped_archives(), "no fedload code reached the cluster's executors"
