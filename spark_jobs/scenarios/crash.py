@@ -26,7 +26,6 @@ import json
 import secrets
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -36,12 +35,12 @@ from typing import Any
 from pyspark.sql import SparkSession
 from rich.console import Console
 
-from app.db.session import dispose_engines
 from app.federation.document import load_federation
 from app.participant.client import FedloadClient
 from spark_jobs.runtime.dataplane import RegistryTokens, registry_tokens
 from spark_jobs.runtime.failover import FAILOVERS, backup_consumer, standby_consumer
 from spark_jobs.runtime.transport import HOLD_ALL, StreamClient
+from spark_jobs.scenarios.harness import running, wait_until
 from spark_jobs.scenarios.processes import AgentSettings, Placement, ProcessFederation
 from spark_jobs.scenarios.reference import check_rows, live_rows
 from spark_jobs.session import build_session
@@ -68,21 +67,6 @@ class CrashOptions:
     heartbeat_interval: float = 5.0
     startup_timeout_s: float = 600.0
     recovery_timeout_s: float = 180.0
-
-
-def _wait(what: str, check: Callable[[], Any], timeout: float, every: float = 0.3) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except Exception as error:  # an agent or the service may be busy: keep asking
-            last = error
-        else:
-            if last:
-                return last
-        time.sleep(every)
-    raise TimeoutError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
 
 
 _OPERATOR_TOKENS: dict[int, RegistryTokens] = {}
@@ -131,21 +115,8 @@ def run_crash(
         agent_settings=AgentSettings(offer_interval=3600.0),
         placements={HOST: eager, HOLDER: eager},
     )
-    with fed:
-        fed.start()
-        for p in doc.participants:
-            fed.start_agent(p.name)
-        console.print(f"agents: {', '.join(f'{n} (pid {a.pid})' for n, a in fed.agents.items())}")
-        admin = fed.admin()
-        try:
-            return _run(options, console, fed, admin, spark)
-        except BaseException:
-            for name, agent in fed.agents.items():
-                console.print(f"--- {name}'s agent log ---\n{agent.tail(30)}")
-            raise
-        finally:
-            admin.close()
-            dispose_engines(fed.registry_url)
+    with running(fed, console) as admin:
+        return _run(options, console, fed, admin, spark)
 
 
 def _run(
@@ -162,17 +133,17 @@ def _run(
         )
     with console.status("S starts the fragments; T's standby and upstream backup fill ..."):
         for task, owner in owners.items():
-            _wait(
+            wait_until(
                 f"{task} to write output at {HOST}",
                 partial(_has_output, admin, owner, task),
                 options.startup_timeout_s,
             )
-        _wait(
+        wait_until(
             "S to ship P.x's standby to T",
             lambda: _held(admin, "P", "P.conns.out", standby_consumer("P.x")),
             options.startup_timeout_s,
         )
-        _wait(
+        wait_until(
             "T to keep R.x's upstream backup",
             lambda: _held(admin, "R", "R.conns.out", backup_consumer("R.x")),
             options.startup_timeout_s,

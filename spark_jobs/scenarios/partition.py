@@ -29,7 +29,7 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -42,12 +42,12 @@ from app.availability.detector import FailureDetector, PeerStatus
 from app.availability.states import NodeState
 from app.dataplane.streams import output_stream, replica_stream
 from app.dataplane.tokens import READ, Grant
-from app.db.session import dispose_engines
 from app.federation.document import load_federation
 from app.participant.client import FedloadClient
 from spark_jobs.ha.faultproxy import CutMode, FaultProxy
 from spark_jobs.runtime.dataplane import TokenSource, registry_tokens
 from spark_jobs.runtime.transport import StreamClient
+from spark_jobs.scenarios.harness import running, wait_until
 from spark_jobs.scenarios.processes import AgentSettings, Placement, ProcessFederation
 
 FEDERATION = Path(__file__).with_name("partition-federation.yaml")
@@ -75,21 +75,6 @@ class PartitionOptions:
     heartbeat_interval: float = 5.0
     startup_timeout_s: float = 600.0
     reference_timeout_s: float = 180.0
-
-
-def _wait(what: str, check: Callable[[], Any], timeout: float, every: float = 0.3) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except Exception as error:  # an agent may still be starting: keep asking
-            last = error
-        else:
-            if last:
-                return last
-        time.sleep(every)
-    raise TimeoutError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
 
 
 def _rows(reader: flight.FlightStreamReader) -> list[Row]:
@@ -296,21 +281,8 @@ def run_partition(options: PartitionOptions, console: Console | None = None) -> 
         agent_settings=AgentSettings(offer_interval=3600.0),
         placements={OWNER: eager, HOLDER: eager},
     )
-    with fed:
-        fed.start()
-        for p in doc.participants:
-            fed.start_agent(p.name)
-        console.print(f"agents: {', '.join(f'{n} (pid {a.pid})' for n, a in fed.agents.items())}")
-        admin = fed.admin()
-        try:
-            return _run(options, console, fed, admin)
-        except BaseException:
-            for name, agent in fed.agents.items():
-                console.print(f"--- {name}'s agent log ---\n{agent.tail(30)}")
-            raise
-        finally:
-            admin.close()
-            dispose_engines(fed.registry_url)
+    with running(fed, console) as admin:
+        return _run(options, console, fed, admin)
 
 
 def _location(admin: FedloadClient, participant: str) -> str:
@@ -343,7 +315,7 @@ def _run(
             return dpc_state(client, streams[HOLDER])
 
     with console.status("O runs O.x; T starts its active replica and catches up ..."):
-        _wait(
+        wait_until(
             "O.x to write output at O", lambda: info(OWNER)["rows"] > 0, options.startup_timeout_s
         )
 
@@ -358,7 +330,7 @@ def _run(
                 and info(HOLDER)["rows"] > 0
             )
 
-        _wait(
+        wait_until(
             "T's active replica to write stable output",
             replica_caught_up,
             options.startup_timeout_s,
@@ -375,7 +347,7 @@ def _run(
             return (info(OWNER)["boundary"] or 0) >= source_end() - 2 * WINDOW_S
 
         with contextlib.suppress(TimeoutError):
-            _wait("O to work through its source's backlog", primary_caught_up, 120, every=1.0)
+            wait_until("O to work through its source's backlog", primary_caught_up, 120, every=1.0)
     processes = fed.processes()
     locations = {name: _location(admin, name) for name in REPLICAS}
     proxies = {name: FaultProxy(_port(locations[name])) for name in REPLICAS}
@@ -400,7 +372,7 @@ def _run(
     try:
         started = time.time()
         consumer.start()
-        _wait("the consumer's first rows from O", lambda: consumer.rule.delivered, 120)
+        wait_until("the consumer's first rows from O", lambda: consumer.rule.delivered, 120)
         time.sleep(options.before_cut_s)
         delivered_before_cut = len(consumer.rule.delivered)
         console.print(f"cutting the consumer's link to {OWNER} ({options.cut_mode})")
@@ -413,7 +385,7 @@ def _run(
         proxies[OWNER].heal()
         console.print("healed; the consumer should stay with T")
         time.sleep(options.after_heal_s)
-        _wait(
+        wait_until(
             "O to answer the consumer again",
             lambda: any(a > heal_at for a in consumer.back_at[OWNER]),
             30,
@@ -432,7 +404,7 @@ def _run(
     # backlog, so give it time to reach what the consumer read, then compare below both.
     read_upto = consumer.rule.next_bucket
     with contextlib.suppress(TimeoutError):
-        _wait(
+        wait_until(
             "O's log to reach what the consumer read",
             lambda: (info(OWNER)["boundary"] or 0) >= read_upto,
             options.reference_timeout_s,

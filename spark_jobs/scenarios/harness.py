@@ -1,0 +1,54 @@
+"""What every scenario driver through the product does around its own steps: wait for a
+condition the processes reach in their own time, and run a federation of `fedload serve` and
+`fedload agent` processes with its agents' logs shown when a step fails."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+
+from app.db.session import dispose_engines
+from app.participant.client import FedloadClient
+from spark_jobs.scenarios.processes import ProcessFederation
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout: float, every: float = 0.3) -> Any:
+    """``check()``'s first truthy answer; an exception counts as "not yet" (an agent may still be
+    starting, the service busy), and the last answer or error is in the timeout's message."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except Exception as error:
+            last = error
+        else:
+            if last:
+                return last
+        time.sleep(every)
+    raise TimeoutError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
+
+
+@contextmanager
+def running(fed: ProcessFederation, console: Console) -> Iterator[FedloadClient]:
+    """Start the service and one agent per participant; yield the operator's client. When the
+    scenario fails, each agent's last log lines are printed (where the cause usually is)."""
+    with fed:
+        fed.start()
+        for p in fed.doc.participants:
+            fed.start_agent(p.name)
+        console.print(f"agents: {', '.join(f'{n} (pid {a.pid})' for n, a in fed.agents.items())}")
+        admin = fed.admin()
+        try:
+            yield admin
+        except BaseException:
+            for name, agent in fed.agents.items():
+                console.print(f"--- {name}'s agent log ---\n{agent.tail(30)}")
+            raise
+        finally:
+            admin.close()
+            dispose_engines(fed.registry_url)
