@@ -49,10 +49,12 @@ def write(
         "lead": lead,
         "hold": hold,
     }
-    _replace(path, body)
+    replace_json(path, body)
 
 
-def _replace(path: Path, body: dict[str, object]) -> None:
+def replace_json(path: Path, body: dict[str, object]) -> None:
+    """Write ``body`` to ``path`` atomically: a reader in Spark's Python worker sees the old
+    file or the new one, never half of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp")
     temporary.write_text(json.dumps(body))
@@ -67,7 +69,7 @@ def lead(path: Path) -> bool:
     except FileNotFoundError:
         return False
     body["lead"] = True
-    _replace(path, body)
+    replace_json(path, body)
     return True
 
 

@@ -26,6 +26,8 @@ import os
 import time
 from pathlib import Path
 
+from spark_jobs.runtime.follow import replace_json
+
 # How long a paced source may wait after its last logged batch before planning the next one.
 HOLD_S = 1.5
 # How long a pace file counts after the copy's last poll (it polls every 0.1 s).
@@ -40,16 +42,13 @@ def write(
     hold_s: float = HOLD_S,
     valid_s: float = VALID_S,
 ) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    body = {
+    body: dict[str, object] = {
         "offsets": str(offsets),
         "copy_at": copy_at,
         "hold_s": hold_s,
         "until": time.time() + valid_s,
     }
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(json.dumps(body))
-    os.replace(temporary, path)
+    replace_json(path, body)
 
 
 def clear(path: Path) -> None:
