@@ -50,13 +50,13 @@ from app.market.rounds import (
     LargeFederation,
     bounded_price_bound,
     edge_offers,
-    generate_large,
     mm1_cost,
     run_rounds,
     unit_cost,
     water_filling_bound,
     water_filling_split,
 )
+from bench.whatif.quality import quality_federation
 
 CLASSES = ("above_locked", "above_free", "below_can_take", "below_cannot_take")
 ROLES = ("shed", "took", "untouched")
@@ -168,26 +168,12 @@ def diagnose(fed: LargeFederation, smooth: bool = True) -> Diagnosis:
     )
 
 
-def _federation(
-    participants: int, k: int, width: float, seed: int, centre: float = BASE_PRICE
-) -> LargeFederation:
-    return generate_large(
-        participants=participants,
-        contracts_per_participant=k,
-        price_range_width=width,
-        load_skew=1.0,
-        capacity_spread=0.3,
-        utilisation=0.7,
-        seed=seed,
-        uneven=True,
-        price_centre=centre,
-    )
-
-
 def diagnosis_cell(
     participants: int, k: int, width: float, seeds: int, smooth: bool
 ) -> dict[str, Any]:
-    runs = [diagnose(_federation(participants, k, width, seed), smooth) for seed in range(seeds)]
+    runs = [
+        diagnose(quality_federation(participants, k, width, seed), smooth) for seed in range(seeds)
+    ]
     gap = sum(r.final_cost - r.bound for r in runs)
     share = {key: sum(r.share[key] for r in runs) / gap for key in runs[0].share}
     count = {key: sum(r.count[key] for r in runs) / seeds for key in runs[0].count}
@@ -225,7 +211,7 @@ def table_cell(
     ratios: list[float] = []
     acceptable = 0
     for seed in range(seeds):
-        fed = _federation(participants, k, width, seed, centre)
+        fed = quality_federation(participants, k, width, seed, centre)
         result = run_rounds(fed, max_rounds=500, smooth=smooth)
         cost = result.rounds[-1].cost if result.rounds else result.initial_cost
         ratios.append(cost / water_filling_bound(fed))

@@ -23,11 +23,29 @@ import time
 
 from app.market.rounds import (
     BASE_PRICE,
+    LargeFederation,
     bounded_price_bound,
     generate_large,
     run_rounds,
     water_filling_bound,
 )
+
+
+def quality_federation(
+    participants: int, k: int, width: float, seed: int, centre: float = BASE_PRICE
+) -> LargeFederation:
+    """One of the quality table's random underloaded federations (also ``gap.py``'s)."""
+    return generate_large(
+        participants=participants,
+        contracts_per_participant=k,
+        price_range_width=width,
+        load_skew=1.0,
+        capacity_spread=0.3,
+        utilisation=0.7,
+        seed=seed,
+        uneven=True,
+        price_centre=centre,
+    )
 
 
 def cell(
@@ -44,17 +62,7 @@ def cell(
     bounded: list[float] = []
     rounds: list[int] = []
     for seed in range(seeds):
-        fed = generate_large(
-            participants=participants,
-            contracts_per_participant=k,
-            price_range_width=width,
-            load_skew=1.0,
-            capacity_spread=0.3,
-            utilisation=0.7,
-            seed=seed,
-            uneven=True,
-            price_centre=price_centre,
-        )
+        fed = quality_federation(participants, k, width, seed, price_centre)
         result = run_rounds(fed, max_rounds=500, relays=relays, smooth=smooth)
         acceptable += result.acceptable
         cost = result.rounds[-1].cost if result.rounds else result.initial_cost
