@@ -235,6 +235,7 @@ class Baseline:
 
     doc: FederationDoc
     root: Path
+    spark_conf: dict[str, str] = field(default_factory=dict)
     name: str = "baseline"
     stopped: threading.Event = field(default_factory=threading.Event)
     failed_queries: int = 0
@@ -259,7 +260,10 @@ class Baseline:
             max_buckets_per_batch=MAX_BUCKETS_PER_BATCH,
         )
         self.spark = build_session(
-            app_name="fedload-bench-agents-baseline", master="local[2]", shuffle_partitions=2
+            app_name="fedload-bench-agents-baseline",
+            master="local[2]",
+            shuffle_partitions=2,
+            extra=dict(self.spark_conf),
         )
         self.runtime = FragmentRuntime(self.name, self.spark, self.root, server=self.server)
         threading.Thread(target=self._publish, name="baseline-source", daemon=True).start()
@@ -475,7 +479,14 @@ def run(args: argparse.Namespace, work: Path, console: Console) -> dict[str, Any
     fed = ProcessFederation(
         doc,
         work / "federation",
-        agent_settings=AgentSettings(offer_interval=2.0, spark_eager=True, hysteresis=0.005),
+        agent_settings=AgentSettings(
+            offer_interval=2.0,
+            spark_eager=True,
+            hysteresis=0.005,
+            # The same Spark settings for the agents and the baseline, so the ratio compares
+            # moving with restarting under one configuration.
+            extra_args=tuple(arg for conf in args.spark_conf for arg in ("--spark-conf", conf)),
+        ),
     )
     # --plain: the agents move by stop-and-copy only (no warm hand-off), for comparison.
     agent_env = {WARM_BUDGET_ENV: "0"} if args.plain else {}
@@ -500,7 +511,9 @@ def run(args: argparse.Namespace, work: Path, console: Console) -> dict[str, Any
             set_base(admin, GIVER, 10.0)
             set_base(admin, TAKER, LOW)
             progress.update(job, description="starting the baseline's Spark in this process")
-            baseline = base = Baseline(doc, work / "baseline")
+            baseline = base = Baseline(
+                doc, work / "baseline", spark_conf=dict(c.split("=", 1) for c in args.spark_conf)
+            )
             base.start()
             progress.remove_task(job)
             wait_for(
@@ -775,6 +788,13 @@ def report(result: dict[str, Any], console: Console) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--moves", type=int, default=4, help="counted moves (one warm-up more)")
+    parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting for the agents' sessions and the baseline's alike (repeatable)",
+    )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="write the results here")
     parser.add_argument(
         "--workdir", type=Path, help="keep the registry, agents' logs and checkpoints here"
