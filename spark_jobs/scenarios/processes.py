@@ -96,6 +96,11 @@ class Managed:
             self.process.wait()
         self._close_log()
 
+    def ask_to_stop(self) -> None:
+        """SIGTERM without waiting: the process stops cleanly in its own time."""
+        if self.process is not None and self.alive():
+            self.process.send_signal(signal.SIGTERM)
+
     def terminate(self, timeout: float = 30.0) -> int | None:
         """SIGTERM, then wait for a clean exit (SIGKILL after ``timeout``)."""
         if self.process is None:
@@ -296,8 +301,15 @@ class ProcessFederation:
             found["service"] = self.service.pid
         return found
 
+    def stop_agents(self, names: Sequence[str], timeout: float = 30.0) -> list[int | None]:
+        """SIGTERM to every named agent at once, then wait for each (SIGKILL after
+        ``timeout``): their exit statuses, in order. Each one's clean stop (its tick, its
+        queries' last batches, its Spark) takes seconds, and they need not take turns."""
+        for name in names:
+            self.agents[name].ask_to_stop()
+        return [self.agents[name].terminate(timeout) for name in names]
+
     def close(self, agents: Sequence[str] | None = None) -> None:
-        for name in agents or list(self.agents):
-            self.agents[name].terminate()
+        self.stop_agents(agents or list(self.agents))
         if agents is None and self.service is not None:
             self.service.terminate()

@@ -74,7 +74,7 @@ def test_a_stateful_fragment_moves_from_one_standalone_cluster_to_another(
             assert cluster.shipped_archives(), f"no fedload zip reached {name}'s executors"
         assert (shared["T"] / "O.x" / "offsets").is_dir()
         assert not (fed.data_dir("T") / "checkpoints" / "O.x").exists()
-        assert [fed.agents[name].terminate(timeout=60) for name in ("S", "T", "O")] == [0, 0, 0]
+        assert fed.stop_agents(("S", "T", "O"), timeout=60) == [0, 0, 0]
 
 
 def test_an_agent_whose_cluster_gives_no_executor_stops_with_a_clear_error(tmp_path: Path) -> None:
