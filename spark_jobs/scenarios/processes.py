@@ -239,9 +239,17 @@ class ProcessFederation:
     def client(self, participant: str) -> FedloadClient:
         return FedloadClient(self.url, self.keys[participant])
 
-    def start_agent(self, name: str, *, env: Mapping[str, str] | None = None) -> Managed:
-        """Start (or start again, on the same endpoint and data directory) ``name``'s agent."""
+    def start_agent(
+        self,
+        name: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        spark_eager: bool | None = None,
+    ) -> Managed:
+        """Start (or start again, on the same endpoint and data directory) ``name``'s agent.
+        ``spark_eager``: this start's choice (None: the federation's ``agent_settings``)."""
         settings = self.agent_settings
+        eager = settings.spark_eager if spark_eager is None else spark_eager
         where = self.placements.get(name, Placement())
         port = self._ports.setdefault(name, where.port or free_port())
         data = self.work / "agents" / name
@@ -268,7 +276,7 @@ class ProcessFederation:
             str(settings.offer_interval),
             "--hysteresis",
             str(settings.hysteresis),
-            *(["--spark-eager"] if settings.spark_eager else []),
+            *(["--spark-eager"] if eager else []),
             *settings.extra_args,
             *where.args,
         ]
