@@ -9,6 +9,7 @@ and ``spark.driver.bindAddress`` in ``extra`` win over both.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
 
@@ -79,6 +80,9 @@ def build_session(
         os.environ.setdefault("SPARK_LOCAL_IP", local_ip)
     master = master or os.environ.get("SPARK_MASTER", "local[*]")
     wait_s = float(extra.pop(EXECUTOR_WAIT_KEY, DEFAULT_EXECUTOR_WAIT_S))
+    # Spark's standalone client retries an unreachable master for 60 s (3 x 20 s, not
+    # configurable) before it gives up, inside getOrCreate: know first, within our own wait.
+    _wait_for_master(master, wait_s)
     builder = (
         SparkSession.builder.appName(app_name)
         .master(master)
@@ -116,6 +120,42 @@ def executor_count(session: SparkSession) -> int:
     """Executors registered with this driver (the driver's own block manager not counted)."""
     status = session.sparkContext._jsc.sc().getExecutorMemoryStatus()
     return int(status.size()) - 1
+
+
+def master_addresses(master: str) -> list[tuple[str, int]]:
+    """The (host, port) of each master a ``spark://`` URL names (``spark://h1:7077,h2:7077`` for
+    standby masters); none for any other kind of master."""
+    if not master.startswith("spark://"):
+        return []
+    found = []
+    for entry in master.removeprefix("spark://").split(","):
+        host, colon, port = entry.strip().rpartition(":")
+        if not colon or not port.isdigit():
+            host, port = entry.strip(), "7077"
+        found.append((host.strip("[]"), int(port)))
+    return found
+
+
+def _wait_for_master(master: str, wait_s: float) -> None:
+    """Until one of the URL's masters accepts a connection, at most ``wait_s``."""
+    addresses = master_addresses(master)
+    if not addresses:
+        return
+    deadline = time.monotonic() + wait_s
+    while True:
+        for address in addresses:
+            try:
+                with socket.create_connection(address, timeout=2.0):
+                    return
+            except OSError:
+                continue
+        if time.monotonic() >= deadline:
+            raise SparkUnavailable(
+                f"no Spark master accepted a connection at {master} within {wait_s:.0f} s: is "
+                f"the master running there, and reachable from this host? (the wait is "
+                f"{EXECUTOR_WAIT_KEY})"
+            )
+        time.sleep(0.25)
 
 
 def _wait_for_executor(session: SparkSession, master: str, wait_s: float) -> None:

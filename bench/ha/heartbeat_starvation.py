@@ -7,7 +7,7 @@ A producer A and a Spark host B (the processes of ``spark_partition``) run the p
 scenario's stateful fragment on one bucket per second. For ``--seconds``, every 100 ms this
 driver (a light process doing nothing else) sends three heartbeats at once and times each answer:
 - ``flight_info``: the ``info`` action of B's Flight server (what C's heartbeats were);
-- ``control_ping``: the ``ping`` action of B's control server (what spark_crash pinged);
+- ``control_ping``: the ``ping`` action of B's control server (what the old crash driver pinged);
 - ``responder``: B's heartbeat responder process (``spark_jobs.ha.heartbeat``).
 Meanwhile a thread inside B and a thread in this driver each sleep 5 ms at a time and record
 every wake-up later than 50 ms (B needs its GIL to wake up; the driver's is free), and the
@@ -30,9 +30,9 @@ from typing import Any
 
 from spark_jobs.ha.heartbeat import HeartbeatClient, port_of
 from spark_jobs.ha.spark_control import ActionClient
-from spark_jobs.ha.spark_crash import Processes, fragment_plan
 from spark_jobs.ha.spark_host import BUCKET_S, first_bucket, generator
 from spark_jobs.ha.spark_partition import SparkPartitionTimings
+from spark_jobs.ha.spark_stage import Processes, fragment_plan
 from spark_jobs.runtime.transport import StreamClient
 
 PATHS = ("flight_info", "control_ping", "responder")

@@ -45,9 +45,10 @@ from spark_jobs.runtime.coordinator import InMemoryCoordinator, MovementCoordina
 
 SCENARIOS = ("partition", "tentative", "crash")
 TECHNIQUES = ("upstream_backup", "passive_standby", "active_standby")
-# "spark": the fragments as Spark streaming queries (spark_jobs.ha.spark_partition, spark_tentative,
-# spark_crash).
+# "spark": the fragments as Spark streaming queries (spark_jobs.ha.spark_partition,
+# spark_tentative). The crash scenario on Spark runs through the product instead.
 ENGINES = ("python", "spark")
+SPARK_SCENARIOS = ("partition", "tentative")
 
 
 @dataclass(frozen=True)
@@ -558,21 +559,15 @@ def run_crash(
     }
 
 
-def _run_on_spark(
-    name: str, report_dir: Path, t: Timings, techniques: Sequence[str]
-) -> dict[str, Any]:
+def _run_on_spark(name: str, report_dir: Path, t: Timings) -> dict[str, Any]:
     # Imported here: the python engine must not pay for (or need) Spark.
     if name == "partition":
         from spark_jobs.ha import spark_partition
 
         return spark_partition.run(report_dir, spark_partition.timings_like(t))
-    if name == "tentative":
-        from spark_jobs.ha import spark_tentative
+    from spark_jobs.ha import spark_tentative
 
-        return spark_tentative.run(report_dir, spark_tentative.timings_like(t))
-    from spark_jobs.ha import spark_crash
-
-    return spark_crash.run(report_dir, spark_crash.timings_like(t), tuple(techniques))
+    return spark_tentative.run(report_dir, spark_tentative.timings_like(t))
 
 
 def run(
@@ -588,11 +583,16 @@ def run(
         raise ValueError(f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}")
     if engine not in ENGINES:
         raise ValueError(f"engine {engine!r} does not run {name!r}; choose {' or '.join(ENGINES)}")
+    if engine == "spark" and name not in SPARK_SCENARIOS:
+        raise ValueError(
+            f"engine 'spark' does not run {name!r} here: the crash scenario on Spark runs through "
+            "the product (fedload demo --scenario crash, spark_jobs/scenarios/crash.py)"
+        )
     t = timings or Timings()
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     if engine == "spark":
-        report = _run_on_spark(name, report_dir, t, techniques)
+        report = _run_on_spark(name, report_dir, t)
     elif name == "partition":
         report = run_partition(t, report_dir / "nodes")
     elif name == "tentative":

@@ -1,10 +1,8 @@
-"""The control plane of the crash scenario on Spark: JSON actions over Arrow Flight.
+"""The control plane of the Spark HA scenarios outside the product: JSON actions over Flight.
 
 Every process of the scenario (producer, fragment hosts, the driver's registry) serves its
 commands as Flight actions, as the runtime's ``StreamServer`` does for streams; nothing is shared
-but sockets. ``RemoteCoordinator`` lets the receiving host run ``relocate`` in its own process
-against the registry held by the driver (the registry's two-phase contract is unchanged: only
-the transport differs). ``spec_of`` rebuilds the fragment from a JSON plan, so B and B2 run the
+but sockets. ``spec_of`` rebuilds the fragment from a JSON plan, so B and its replica run the
 identical fragment without pickling a function between processes.
 """
 
@@ -13,13 +11,11 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import asdict
 from typing import Any
 
 import pyarrow.flight as flight
 
 from spark_jobs.fragments import CONNECTION_SCHEMA, connection_counts
-from spark_jobs.runtime.coordinator import MovementCoordinator, MovementRefused, PreparedMove
 from spark_jobs.runtime.host import FragmentSpec, StreamRef
 
 Handler = Callable[..., Any]
@@ -67,59 +63,6 @@ class ActionClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def registry_handlers(coordinator: MovementCoordinator) -> dict[str, Handler]:
-    """The registry's side of ``RemoteCoordinator``: the coordinator's calls, one per action."""
-
-    def prepare(fragment: str, source: str, target: str, reason: str) -> dict[str, Any]:
-        return asdict(coordinator.prepare(fragment, source, target, reason))
-
-    def abort(movement_id: int, why: str) -> None:
-        coordinator.abort(movement_id, why)
-
-    return {
-        "prepare": prepare,
-        "commit": lambda movement_id: coordinator.commit(movement_id),
-        "abort": abort,
-        "current_epoch": lambda fragment: coordinator.current_epoch(fragment),
-        "host": lambda fragment: coordinator.host(fragment),
-    }
-
-
-class RemoteCoordinator:
-    """``MovementCoordinator`` over Flight: the registry lives in another process."""
-
-    def __init__(self, location: str, timeout: float = 10.0) -> None:
-        self.location = location
-        self.timeout = timeout
-
-    def _call(self, kind: str, **body: Any) -> Any:
-        with ActionClient(self.location) as client:
-            try:
-                return client.call(kind, timeout=self.timeout, **body)
-            except flight.FlightServerError as error:
-                if "MovementRefused" in str(error):
-                    raise MovementRefused(str(error)) from error
-                raise
-
-    def prepare(self, fragment: str, source: str, target: str, reason: str) -> PreparedMove:
-        answer = self._call(
-            "prepare", fragment=fragment, source=source, target=target, reason=reason
-        )
-        return PreparedMove(**answer)
-
-    def commit(self, movement_id: int) -> int:
-        return int(self._call("commit", movement_id=movement_id))
-
-    def abort(self, movement_id: int, why: str) -> None:
-        self._call("abort", movement_id=movement_id, why=why)
-
-    def current_epoch(self, fragment: str) -> int:
-        return int(self._call("current_epoch", fragment=fragment))
-
-    def host(self, fragment: str) -> str:
-        return str(self._call("host", fragment=fragment))
 
 
 def spec_of(plan: dict[str, Any]) -> FragmentSpec:

@@ -1,4 +1,4 @@
-"""The processes of the crash scenario on Spark: a producer, and a participant's Spark host.
+"""The processes of the Spark HA scenarios outside the product: a producer and a Spark host.
 
 python -m spark_jobs.ha.spark_host source --ready FILE [--seed N --rate R]
 python -m spark_jobs.ha.spark_host host --name B --root DIR --ready FILE
@@ -7,22 +7,10 @@ python -m spark_jobs.ha.spark_host host --name B --root DIR --ready FILE
 one bucket per second as the wall clock passes the bucket's end; the log keeps every bucket
 until all its consumers acknowledged it (upstream backup's output queue).
 
-``host`` (B, B2): its own local SparkSession, a ``FragmentRuntime`` (Flight server: output logs,
-checkpoint inbox) and a control endpoint. What each failover technique needs of the primary:
-
-- upstream backup: beside Spark's own acknowledgements (at each committed batch) the host
-  acknowledges A's log as ``<fragment>.state`` only below the oldest window still open, i.e.
-  what its state no longer depends on; a new host rebuilding from empty state replays from
-  there, since Spark's acknowledgement alone would let A drop rows a half-built window needs;
-- passive standby: every N seconds, preferably between two micro-batches, the checkpoint
-  directory is read and pushed to the backup's Flight inbox (whole the first time, then the
-  files added and removed since, ``shipping.DeltaShipper``), then A's log is acknowledged as
-  ``<fragment>.standby`` at that checkpoint's offset, so the backup can replay from it;
-- active standby: the replica runs the same fragment into its own output stream and
-  acknowledges A under its own consumer name.
-``take_over`` runs the failover on the backup: ``relocate`` with ``NoCheckpoint`` or
-``AlreadyShipped`` against the registry (a ``RemoteCoordinator``), or, for an active replica,
-the registry's prepare/commit alone; then it fences the failed host's output stream.
+``host`` (B, R): its own local SparkSession, a ``FragmentRuntime`` (Flight server: output
+logs) and a control endpoint: ``start`` runs the fragment, ``reference`` computes the
+failure-free output. (The crash scenario, with its failover techniques, runs through the
+product: ``spark_jobs/scenarios/crash.py``.)
 """
 
 from __future__ import annotations
@@ -33,7 +21,6 @@ import os
 import signal
 import threading
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +28,8 @@ import pyarrow as pa
 
 from spark_jobs.generators import ConnectionGenerator, RateSchedule
 from spark_jobs.ha.heartbeat import Responder
-from spark_jobs.ha.spark_control import ActionServer, Handler, RemoteCoordinator, spec_of
-from spark_jobs.runtime.host import FragmentRuntime, StreamRef
-from spark_jobs.runtime.movement import AlreadyShipped, NoCheckpoint, relocate
-from spark_jobs.runtime.shipping import DeltaShipper
-from spark_jobs.runtime.standby import STANDBY_SHIPMENT, committed_offset, snapshot_running
+from spark_jobs.ha.spark_control import ActionServer, Handler, spec_of
+from spark_jobs.runtime.host import FragmentRuntime
 from spark_jobs.runtime.transport import StreamClient, StreamServer, publish
 
 BUCKET_S = 1.0
@@ -120,9 +104,6 @@ class SparkHost:
         self.spark = build_session(app_name=f"ha-{name}", master="local[1]", shuffle_partitions=2)
         self.runtime = FragmentRuntime(name, self.spark, root / "checkpoints")
         self.stopped = threading.Event()
-        self.errors: list[str] = []
-        self.shipments: list[dict[str, Any]] = []
-        self._shippers: dict[str, DeltaShipper] = {}
         self._references = 0
         self._stalls: list[tuple[float, float]] = []
 
@@ -131,7 +112,6 @@ class SparkHost:
             "ping": lambda: {"name": self.name},
             "start": self.start,
             "status": self.status,
-            "take_over": self.take_over,
             "reference": self.reference,
             "stop": self.runtime.discard,
             "probe_stalls": self.probe_stalls,
@@ -154,148 +134,17 @@ class SparkHost:
 
         threading.Thread(target=run, name="stall-probe", daemon=True).start()
 
-    def start(
-        self,
-        plan: dict[str, Any],
-        epoch: int,
-        replay_from: int,
-        technique: str = "none",
-        backup: str | None = None,
-        ship_every_s: float = 1.0,
-    ) -> None:
-        spec = spec_of(plan)
-        source = spec.inputs[0]
-        # The query's own consumer name is held at the replay point by runtime.start (a producer
-        # trims below the consumers it knows); the extra names below are this host's own.
-        if technique == "upstream_backup":
-            # Registered before the first batch, so A keeps everything until the first ack.
-            self._ack(source, f"{spec.name}.state", replay_from)
-        elif technique == "passive_standby":
-            if backup is None:
-                raise ValueError("passive standby needs the backup's location")
-            self._ack(source, f"{spec.name}.standby", replay_from)
-        self.runtime.start(spec, epoch=epoch, replay_from=replay_from)
-        if technique == "upstream_backup":
-            # Each look at the query's progress is a py4j round trip costing JVM CPU: once a
-            # second is enough for acknowledgements at window granularity.
-            self._loop(1.0, self._retain, spec.name, source, int(plan["window_s"]))
-        elif technique == "passive_standby" and backup is not None:
-            self._loop(ship_every_s, self._ship, spec.name, source, backup)
-
-    def _ack(self, source: StreamRef, consumer: str, bucket: int) -> None:
-        with StreamClient(source.location) as client:
-            client.ack(source.stream, consumer, bucket)
-
-    def _loop(self, every_s: float, step: Any, *args: Any) -> None:
-        def run() -> None:
-            while not self.stopped.wait(every_s):
-                try:
-                    step(*args)
-                except Exception as error:  # keep going; the report shows what failed
-                    self.errors.append(f"{step.__name__}: {type(error).__name__}: {error}")
-
-        threading.Thread(target=run, daemon=True).start()
-
-    def _retain(self, fragment: str, source: StreamRef, window_s: int) -> None:
-        progress: dict[str, Any] = self.runtime.query(fragment).lastProgress or {}
-        watermark = progress.get("eventTime", {}).get("watermark")
-        if watermark is None:
-            return
-        seconds = datetime.fromisoformat(watermark.replace("Z", "+00:00")).timestamp()
-        # Windows ending at or below the watermark were emitted; the oldest open one starts at
-        # floor(wm / W) * W. One window more is kept: the watermark a progress report names may
-        # trail the one the state was evicted with, and re-emitting a window costs only a
-        # duplicate the consumer drops by key.
-        open_from = (seconds // window_s) * window_s - window_s
-        if open_from > 0:
-            self._ack(source, f"{fragment}.state", int(open_from // BUCKET_S))
-
-    def _ship(self, fragment: str, source: StreamRef, backup: str) -> None:
-        # Read live (see checkpoint_tree.read_tree), after a short wait for a quiet moment; the
-        # offset acknowledged is the one the shipped copy itself resumes from.
-        if not self.runtime.checkpoint_dir(fragment).exists():
-            return
-        snapshot = snapshot_running(self.runtime, fragment)
-        position = committed_offset(snapshot.tree)
-        if position is None:
-            return  # no batch committed yet: nothing to ship
-        batch, offset = position
-        shipper = self._shippers.setdefault(fragment, DeltaShipper(fragment, STANDBY_SHIPMENT))
-        began = time.time()
-        sent = shipper.ship(backup, snapshot)
-        self._ack(source, f"{fragment}.standby", offset)
-        self.shipments.append(
-            {
-                "at": began,
-                "bytes": sent.bytes,
-                "full_bytes": sent.full_bytes,
-                "delta": sent.delta,
-                "batch": batch,
-                "offset": offset,
-                "ship_s": round(time.time() - began, 4),
-            }
-        )
+    def start(self, plan: dict[str, Any], epoch: int, replay_from: int) -> None:
+        self.runtime.start(spec_of(plan), epoch=epoch, replay_from=replay_from)
 
     def status(self, fragment: str) -> dict[str, Any]:
         running = self.runtime.is_running(fragment)
         sink = self.runtime.sink(fragment) if running else None
         return {
             "running": running,
-            "errors": list(self.errors),
-            "shipments": list(self.shipments),
             "written": sink.written if sink else None,
             "skipped": sink.skipped if sink else None,
         }
-
-    def take_over(
-        self,
-        plan: dict[str, Any],
-        technique: str,
-        source: str,
-        registry: str,
-        replay_from: int | None = None,
-        old_output: list[str] | None = None,
-    ) -> dict[str, Any]:
-        spec = spec_of(plan)
-        coordinator = RemoteCoordinator(registry)
-        began = time.perf_counter()
-        result: dict[str, Any] = {"checkpoint_bytes": 0}
-        if technique == "active_standby":
-            # The replica already runs: the failover is the registry's two phases alone.
-            move = coordinator.prepare(spec.name, source, self.name, "failover")
-            result["timings"] = {"prepared": time.perf_counter() - began}
-            epoch = coordinator.commit(move.movement_id)
-            result["timings"]["committed"] = time.perf_counter() - began
-            result["movement_id"] = move.movement_id
-        else:
-            checkpoint = (
-                AlreadyShipped(source, STANDBY_SHIPMENT)
-                if technique == "passive_standby"
-                else NoCheckpoint(source)
-            )
-            relocation = relocate(
-                spec,
-                checkpoint,
-                self.runtime,
-                replay_from,
-                coordinator=coordinator,
-                reason="failover",
-            )
-            epoch = relocation.epoch
-            result.update(
-                movement_id=relocation.movement_id,
-                timings=relocation.timings,
-                warnings=relocation.warnings,
-            )
-            if technique == "passive_standby":
-                restored = self.runtime.checkpoint_dir(spec.name).rglob("*")
-                result["checkpoint_bytes"] = sum(p.stat().st_size for p in restored if p.is_file())
-        if old_output is not None:
-            # The failed host's stream: from now on it refuses the old epoch's writes.
-            with StreamClient(old_output[0]) as client:
-                client.fence(old_output[1], epoch)
-        result["epoch"] = epoch
-        return result
 
     def reference(self, plan: dict[str, Any], seed: int, rate: float, seconds: int) -> list[Any]:
         """The failure-free output: the same input, published whole, through the same fragment

@@ -1,7 +1,7 @@
 """The ``partition`` scenario on Spark: the Borealis partition demonstration with Spark fragments.
 
 A (producer process, Flight log ``conns``) feeds B and R, two Spark host processes running the
-same stateful fragment (``connection_counts`` per 2 s window, as in ``spark_crash``); R is B's
+same stateful fragment (``connection_counts`` per 2 s window); R is B's
 replica. Each host keeps its output log ``out`` on its own Flight server, the producer side of a
 link, as a participant does. C, the consumer (in the driver), reaches B and R each through its
 own ``FaultProxy``, so the B-C link can be cut for real (TCP held or reset) while B, R and A keep
@@ -28,7 +28,7 @@ SUnion), so resuming at the bucket offset gives neither duplicates nor gaps. The
 new stream version; each delivered row records the version it came through.
 
 Run: the processes start (R computes the failure-free reference meanwhile, B warms up, both as
-in ``spark_crash.Stage``); B and R start the fragment; A publishes one bucket per second; once C
+in ``spark_stage.Stage``); B and R start the fragment; A publishes one bucket per second; once C
 has rows from B, the B-C proxy is cut for ``fail_for_s``, then healed; the run ends when C has
 every bucket the input completes. Checks: one switch B -> R after the cut, C still on R after
 the heal although B answers heartbeats again, no key delivered twice, nothing missing, C's output
@@ -53,16 +53,16 @@ from app.availability.upstream import ReplicaView, UpstreamSelector
 from spark_jobs.ha.faultproxy import CutMode, FaultProxy
 from spark_jobs.ha.heartbeat import HeartbeatClient, port_of
 from spark_jobs.ha.spark_control import ActionClient
-from spark_jobs.ha.spark_crash import (
+from spark_jobs.ha.spark_host import BUCKET_S, first_bucket, generator, output_rows
+from spark_jobs.ha.spark_stage import (
     FRAGMENT,
     Row,
-    SparkCrashTimings,
     Stage,
+    StageTimings,
     fragment_plan,
     latencies,
     wait_until,
 )
-from spark_jobs.ha.spark_host import BUCKET_S, first_bucket, generator, output_rows
 from spark_jobs.runtime.transport import StreamClient
 
 OUTPUT = "out"
@@ -71,8 +71,8 @@ CUT_MODES = ("drop", "refuse")
 
 
 @dataclass(frozen=True)
-class SparkPartitionTimings(SparkCrashTimings):
-    """``spark_crash``'s timings (seconds of input, window, heartbeats, start-up) plus the cut."""
+class SparkPartitionTimings(StageTimings):
+    """The stage's timings (seconds of input, window, heartbeats, start-up) plus the cut."""
 
     seconds: int = 14
     fail_at_s: float = 5.0

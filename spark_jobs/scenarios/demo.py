@@ -47,6 +47,17 @@ class DemoOptions:
     ui: bool = True
     database_url: str | None = None
     work: Path | None = None
+    # End early once the story is told (see ``_told``) and the allocation has stayed acceptable
+    # this many seconds; None: the whole timeline plays (``make demo``). A condition, not a
+    # shorter timeline: on a loaded machine the story takes longer, and the run waits for it.
+    end_when_settled: float | None = None
+
+
+def _told(doc: FederationDoc, moves: list[MoveEvent]) -> bool:
+    """The demo's story is told: at least two stateful moves between processes, and every
+    participant that joined during the run has taken load (what it joined for)."""
+    joined_late = {p.name for p in doc.participants if p.joins_at}
+    return sum(1 for m in moves if m.state_bytes > 0) >= 2 and joined_late <= {m.dst for m in moves}
 
 
 def scaled(doc: FederationDoc, factor: float) -> FederationDoc:
@@ -151,6 +162,8 @@ def _run(
     timeline = _Timeline(doc, fed, admin)
     loads: dict[str, list[dict[str, float | None]]] = {p.name: [] for p in doc.participants}
     acceptable_series: list[tuple[float, bool]] = []
+    last_event = max((e.at for e in doc.timeline), default=0.0)
+    settled_since: float | None = None
     began = time.monotonic()
     began_wall = time.time()
     try:
@@ -172,6 +185,11 @@ def _run(
                         )
                 acceptable_series.append((now, view.verdict.acceptable))
                 moves = _moves(fed, began_wall)
+                settled = now >= last_event and view.verdict.acceptable and _told(doc, moves)
+                if not settled:
+                    settled_since = None
+                elif settled_since is None:
+                    settled_since = now
                 live.update(
                     render(
                         now,
@@ -192,6 +210,12 @@ def _run(
                         "; ".join(view.verdict.reasons),
                     )
                 )
+                if (
+                    options.end_when_settled is not None
+                    and settled_since is not None
+                    and now - settled_since >= options.end_when_settled
+                ):
+                    break
                 time.sleep(max(0.0, 1.0 - (time.monotonic() - began - now)))
                 now = time.monotonic() - began
         return _finish(doc, options, console, fed, admin, began_wall, loads, acceptable_series)

@@ -96,6 +96,11 @@ class Managed:
             self.process.wait()
         self._close_log()
 
+    def ask_to_stop(self) -> None:
+        """SIGTERM without waiting: the process stops cleanly in its own time."""
+        if self.process is not None and self.alive():
+            self.process.send_signal(signal.SIGTERM)
+
     def terminate(self, timeout: float = 30.0) -> int | None:
         """SIGTERM, then wait for a clean exit (SIGKILL after ``timeout``)."""
         if self.process is None:
@@ -234,9 +239,17 @@ class ProcessFederation:
     def client(self, participant: str) -> FedloadClient:
         return FedloadClient(self.url, self.keys[participant])
 
-    def start_agent(self, name: str, *, env: Mapping[str, str] | None = None) -> Managed:
-        """Start (or start again, on the same endpoint and data directory) ``name``'s agent."""
+    def start_agent(
+        self,
+        name: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        spark_eager: bool | None = None,
+    ) -> Managed:
+        """Start (or start again, on the same endpoint and data directory) ``name``'s agent.
+        ``spark_eager``: this start's choice (None: the federation's ``agent_settings``)."""
         settings = self.agent_settings
+        eager = settings.spark_eager if spark_eager is None else spark_eager
         where = self.placements.get(name, Placement())
         port = self._ports.setdefault(name, where.port or free_port())
         data = self.work / "agents" / name
@@ -263,7 +276,7 @@ class ProcessFederation:
             str(settings.offer_interval),
             "--hysteresis",
             str(settings.hysteresis),
-            *(["--spark-eager"] if settings.spark_eager else []),
+            *(["--spark-eager"] if eager else []),
             *settings.extra_args,
             *where.args,
         ]
@@ -296,8 +309,15 @@ class ProcessFederation:
             found["service"] = self.service.pid
         return found
 
+    def stop_agents(self, names: Sequence[str], timeout: float = 30.0) -> list[int | None]:
+        """SIGTERM to every named agent at once, then wait for each (SIGKILL after
+        ``timeout``): their exit statuses, in order. Each one's clean stop (its tick, its
+        queries' last batches, its Spark) takes seconds, and they need not take turns."""
+        for name in names:
+            self.agents[name].ask_to_stop()
+        return [self.agents[name].terminate(timeout) for name in names]
+
     def close(self, agents: Sequence[str] | None = None) -> None:
-        for name in agents or list(self.agents):
-            self.agents[name].terminate()
+        self.stop_agents(agents or list(self.agents))
         if agents is None and self.service is not None:
             self.service.terminate()

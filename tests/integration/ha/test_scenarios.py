@@ -18,6 +18,17 @@ from spark_jobs.ha.scenarios import TECHNIQUES, Timings, run
 pytestmark = pytest.mark.timeout(120)
 
 
+def test_unknown_engine_or_scenario_is_refused_by_name(tmp_path) -> None:
+    with pytest.raises(ValueError, match="engine 'flink' does not run 'crash'"):
+        run("crash", tmp_path, Timings.quick(), engine="flink")
+    with pytest.raises(ValueError, match="unknown scenario 'meltdown'"):
+        run("meltdown", tmp_path, Timings.quick())
+    # The crash scenario on Spark has one driver, the product's: this one points there.
+    with pytest.raises(ValueError, match=r"fedload demo --scenario crash"):
+        run("crash", tmp_path, Timings.quick(), engine="spark")
+    assert not (tmp_path / "report.json").exists()
+
+
 def test_partition_through_the_cli(tmp_path) -> None:
     """C switches from B to its replica R when the B-C link is cut, and stays with R."""
     completed = subprocess.run(

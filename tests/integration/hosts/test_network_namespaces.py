@@ -63,4 +63,4 @@ def test_a_stateful_fragment_moves_between_agents_on_separate_hosts(
         # Every endpoint the registry hands out is the agent's own address, none loopback.
         for name in ("O", "S", "T"):
             assert admin.endpoint(name) == f"grpc://{hosts.addresses[name]}:{AGENT_PORT}"
-        assert [fed.agents[name].terminate(timeout=60) for name in ("S", "T", "O")] == [0, 0, 0]
+        assert fed.stop_agents(("S", "T", "O"), timeout=60) == [0, 0, 0]

@@ -35,11 +35,13 @@ from tests.integration.participant.agents import (
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def restart_t(fed: ProcessFederation, pause: str | None) -> Path:
+def restart_t(fed: ProcessFederation, pause: str | None, *, spark: bool = True) -> Path:
+    """``spark=False``: this T dies at its pause before it runs anything, so its agent does not
+    boot a JVM meanwhile (one less beside S's, whose output the test waits for)."""
     data = fed.data_dir("T")
     for marker in data.glob("paused-*"):
         marker.unlink()
-    fed.start_agent("T", env={FAULT_PAUSE_ENV: pause} if pause else {})
+    fed.start_agent("T", env={FAULT_PAUSE_ENV: pause} if pause else {}, spark_eager=spark)
     return data
 
 
@@ -60,7 +62,7 @@ def test_the_target_killed_at_each_phase_leaves_one_host_and_exact_output(db_url
     with federation(tmp_path / "federation", db_url) as fed:
         fed.start_agent("O")
         fed.start_agent("S")
-        t_data = restart_t(fed, "prepared")
+        t_data = restart_t(fed, "prepared", spark=False)
         admin = fed.admin()
         wait_for("O.x to write output from S", lambda: output_rows(admin, "O.x") > 0, 180)
         overload_s(admin)
@@ -80,7 +82,7 @@ def test_the_target_killed_at_each_phase_leaves_one_host_and_exact_output(db_url
 
         # shipped: S released O.x (stopped after its last batch) and T installed the checkpoint,
         # then T died before committing. The movement is aborted and S runs O.x again.
-        t_data = restart_t(fed, "restored")
+        t_data = restart_t(fed, "restored", spark=False)
         pause_at(t_data, "restored")
         fed.agents["T"].kill()
         wait_for(
@@ -92,7 +94,7 @@ def test_the_target_killed_at_each_phase_leaves_one_host_and_exact_output(db_url
 
         # committed: T is the host of record but died before starting the query; its restart
         # resumes from the installed checkpoint, and S drops its copy.
-        t_data = restart_t(fed, "committed")
+        t_data = restart_t(fed, "committed", spark=False)
         pause_at(t_data, "committed")
         fed.agents["T"].kill()
         assert host_of(admin, "O.x") == "T"
@@ -115,7 +117,7 @@ def test_the_source_killed_at_each_phase_leaves_one_host_and_exact_output(db_url
     with federation(tmp_path / "federation", db_url) as fed:
         fed.start_agent("O")
         fed.start_agent("S")
-        t_data = restart_t(fed, "prepared")
+        t_data = restart_t(fed, "prepared", spark=False)
         admin = fed.admin()
         wait_for("O.x to write output from S", lambda: output_rows(admin, "O.x") > 0, 180)
         overload_s(admin)

@@ -119,4 +119,4 @@ def test_a_stateful_fragment_moves_between_agent_processes_and_outlives_a_servic
 
         # SIGTERM ends each agent cleanly: its tick finishes, its fragments stop after their
         # last batch, and it exits 0 (a crash test restarts a host from its checkpoint).
-        assert [fed.agents[name].terminate(timeout=60) for name in ("S", "T", "O")] == [0, 0, 0]
+        assert fed.stop_agents(("S", "T", "O"), timeout=60) == [0, 0, 0]
