@@ -75,10 +75,11 @@ class CompanionLink(Protocol):
 
 @dataclass(frozen=True)
 class Followed:
-    """What one ``follow`` read changed: tentative rows newly held, rows an UNDO dropped,
-    corrections announced (their stable rows arrive through ``pull``), REC_DONEs."""
+    """What one ``follow`` read changed: tentative rows newly held, UNDOs and the rows they
+    dropped, corrections announced (their stable rows arrive through ``pull``), REC_DONEs."""
 
     tentative: tuple[DPCRow, ...] = ()
+    undos: int = 0
     undone: int = 0
     corrections: int = 0
     rec_dones: int = 0
@@ -129,6 +130,7 @@ class ReplicaConsumer:
     # Per replica: inside corrections (an UNDO seen, no REC_DONE yet).
     correcting: dict[str, bool] = field(default_factory=dict)
     tentative_received: int = 0
+    undos: int = 0
     undone: int = 0
     # Held rows dropped because the stable log covered their bucket without an UNDO.
     superseded: int = 0
@@ -204,7 +206,7 @@ class ReplicaConsumer:
         fresh = sorted((s for s in links[name].messages(after) if s.seq > after), key=_seq)
         held = self.held.setdefault(name, [])
         tentative: list[DPCRow] = []
-        undone = corrections = rec_dones = 0
+        undos = undone = corrections = rec_dones = 0
         for sent in fresh:
             if sent.seq <= after:
                 continue  # read twice in one answer
@@ -216,6 +218,7 @@ class ReplicaConsumer:
                     held.append(message.row)
                     tentative.append(message.row)
             elif message.kind is Kind.UNDO:
+                undos += 1
                 undone += len(held)
                 held.clear()
                 self.correcting[name] = True
@@ -226,10 +229,11 @@ class ReplicaConsumer:
                 rec_dones += 1
         self.companion_seq[name] = after
         self.tentative_received += len(tentative)
+        self.undos += undos
         self.undone += undone
         self.corrections += corrections
         self.rec_dones += rec_dones
-        return Followed(tuple(tentative), undone, corrections, rec_dones)
+        return Followed(tuple(tentative), undos, undone, corrections, rec_dones)
 
     @property
     def tentative(self) -> list[DPCRow]:
