@@ -182,7 +182,7 @@ EXAMPLES: dict[str, Example] = {
         "inputs": [{"task": "A.conns"}],
     },
     "TaskInput": {"task": "A.conns"},
-    "TaskInputRead": {"task": "A.conns", "fragment": "generator"},
+    "TaskInputRead": {"task": "A.conns", "fragment": "generator", "served_by": "A"},
     "TaskRead": {
         "id": 4,
         "name": "A.q01",

@@ -14,11 +14,19 @@ buckets (below the stream's BOUNDARY), in order, from one replica at a time and:
 - resumes at its own next bucket on the new replica: replicas of a deterministic fragment over
   SUnion-serialised input write the same rows per bucket, so neither duplicates nor gaps;
 - carries stream versions: every switch opens a new version, and each delivered row records the
-  version (and replica) it came through.
+  version (and replica) it came through;
+- follows a DPC replica's companion stream (``<stream>.dpc``: every message the replica sent, in
+  sending order, numbered by ``seq``) through ``follow``: TENTATIVE rows are held (what the
+  application sees while no stable copy is reachable, Borealis's "process"), UNDO drops the
+  held ones, the STABLE rows after an UNDO are counted as corrections and REC_DONE ends them
+  ("correct"). Stable rows are only ever delivered from the stable log (``pull``), so a
+  correction is delivered once, keyed like every stable row; a held tentative row whose bucket
+  the stable log has since covered is superseded and dropped (after a switch to a replica that
+  never went tentative, say).
 
 Pure: no threads, clock or network. Whoever runs it (``spark_jobs.scenarios.partition``) feeds
 it each replica's view (DPC state, reachability by the one failure detector, boundary) and a
-``Link`` per replica to read through.
+``Link`` per replica to read through (and a ``CompanionLink`` for replicas that run DPC).
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from app.availability.states import NodeState
+from app.availability.tuples import Kind, Message
+from app.availability.tuples import Row as DPCRow
 from app.availability.upstream import ReplicaView, Switch, UpstreamSelector
 
 Row = tuple[Any, ...]
@@ -43,6 +53,36 @@ class Link(Protocol):
     def read(self, lo: int, hi: int) -> Sequence[Row]:
         """The rows of buckets [lo, hi)."""
         ...
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One message of a DPC replica's companion stream, with its sequence number (the order the
+    replica sent it in; a message read twice has the same one)."""
+
+    seq: int
+    message: Message
+
+
+class CompanionLink(Protocol):
+    """The consumer's reading end towards a DPC replica's companion stream."""
+
+    def messages(self, after: int) -> Sequence[Sent]:
+        """The messages numbered above ``after`` that the replica has sent (any order; more
+        may follow)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Followed:
+    """What one ``follow`` read changed: tentative rows newly held, UNDOs and the rows they
+    dropped, corrections announced (their stable rows arrive through ``pull``), REC_DONEs."""
+
+    tentative: tuple[DPCRow, ...] = ()
+    undos: int = 0
+    undone: int = 0
+    corrections: int = 0
+    rec_dones: int = 0
 
 
 @dataclass(frozen=True)
@@ -79,6 +119,23 @@ class ReplicaConsumer:
     switches: list[tuple[Switch, int]] = field(default_factory=list)
     # Switches deferred because the better replica was behind (counted, for reports).
     deferred: int = 0
+    # Stable-log buckets per companion stime unit: a row of stime s sits in bucket s // bucket_ms.
+    bucket_ms: int = 1000
+    # Per replica, its unresolved tentative rows in arrival order (only the current replica's
+    # are in the view: the others' are their guesses, kept so that a switch back goes on from
+    # where their companion was left).
+    held: dict[str, list[DPCRow]] = field(default_factory=dict)
+    # Per replica, the last companion message applied.
+    companion_seq: dict[str, int] = field(default_factory=dict)
+    # Per replica: inside corrections (an UNDO seen, no REC_DONE yet).
+    correcting: dict[str, bool] = field(default_factory=dict)
+    tentative_received: int = 0
+    undos: int = 0
+    undone: int = 0
+    # Held rows dropped because the stable log covered their bucket without an UNDO.
+    superseded: int = 0
+    corrections: int = 0
+    rec_dones: int = 0
 
     def __post_init__(self) -> None:
         if not self.replicas:
@@ -134,7 +191,68 @@ class ReplicaConsumer:
             self.delivered[key] = Delivered(row, self.current, self.version)
             fresh += 1
         self.next_bucket = boundary
+        self._supersede()
         return fresh
+
+    def follow(self, links: Mapping[str, CompanionLink]) -> Followed:
+        """Apply the current replica's companion messages not yet applied, in ``seq`` order.
+
+        A replica read for the first time has its whole history applied: an UNDO there drops
+        the tentative rows before it, so what stays held is exactly the replica's unresolved
+        tentative suffix. Tentative rows in buckets the consumer already has stable are stale
+        and never held."""
+        name = self.current
+        after = self.companion_seq.get(name, -1)
+        fresh = sorted((s for s in links[name].messages(after) if s.seq > after), key=_seq)
+        held = self.held.setdefault(name, [])
+        tentative: list[DPCRow] = []
+        undos = undone = corrections = rec_dones = 0
+        for sent in fresh:
+            if sent.seq <= after:
+                continue  # read twice in one answer
+            after = sent.seq
+            message = sent.message
+            if message.kind is Kind.TENTATIVE:
+                assert message.row is not None
+                if self._bucket(message.row) >= self.next_bucket:
+                    held.append(message.row)
+                    tentative.append(message.row)
+            elif message.kind is Kind.UNDO:
+                undos += 1
+                undone += len(held)
+                held.clear()
+                self.correcting[name] = True
+            elif message.kind is Kind.STABLE and self.correcting.get(name):
+                corrections += 1
+            elif message.kind is Kind.REC_DONE:
+                self.correcting[name] = False
+                rec_dones += 1
+        self.companion_seq[name] = after
+        self.tentative_received += len(tentative)
+        self.undos += undos
+        self.undone += undone
+        self.corrections += corrections
+        self.rec_dones += rec_dones
+        return Followed(tuple(tentative), undos, undone, corrections, rec_dones)
+
+    @property
+    def tentative(self) -> list[DPCRow]:
+        """The tentative rows the application holds now: the current replica's."""
+        return list(self.held.get(self.current, ()))
+
+    def view(self) -> list[Row | DPCRow]:
+        """What the application holds now: the stable output, then the held tentative rows."""
+        return [*self.output(), *self.tentative]
+
+    def _bucket(self, row: DPCRow) -> int:
+        return row.stime // self.bucket_ms
+
+    def _supersede(self) -> None:
+        for name, rows in self.held.items():
+            kept = [r for r in rows if self._bucket(r) >= self.next_bucket]
+            if name == self.current:
+                self.superseded += len(rows) - len(kept)
+            self.held[name] = kept
 
     def output(self) -> list[Row]:
         return sorted(d.row for d in self.delivered.values())
@@ -146,3 +264,7 @@ class ReplicaConsumer:
             label = f"{d.replica} v{d.version}"
             counts[label] = counts.get(label, 0) + 1
         return counts
+
+
+def _seq(sent: Sent) -> int:
+    return sent.seq

@@ -5,7 +5,9 @@ registry answers with a token addressed to the participant whose Flight endpoint
 or refuses. The rules (checked before anything is signed; nothing is written either way):
 
 Streams. A stream is a task's output, ``<task>.out``, kept in a log at the task's owner (so the
-output stays put while the task moves): that owner serves it.
+output stays put while the task moves): that owner serves it. A source's stream is served where
+the source runs (its publisher writes there), its owner's endpoint unless it was placed on a
+partner (``catalogue.served_where_it_runs``).
 
 - ``append``, ``fence``: the producing task's host, or the target of a prepared movement of it
   (it takes over the writes at the commit); the owner, which keeps the log.
@@ -68,6 +70,7 @@ from app.dataplane.schemas import DataplaneKeyRead, TokenRead, TokenRequest
 from app.dataplane.streams import StreamName, parse_stream
 from app.errors import Forbidden, InvalidInput, NotFound
 from app.models import Movement, MovementStatus, Participant, Replica, Task
+from app.tasks.catalogue import served_where_it_runs
 
 
 class SigningKey:
@@ -189,7 +192,7 @@ def _operator_serving(session: Session, grant: tokens.Grant) -> str:
         raise NotFound(f"no stream {grant.stream!r}", field="stream")
     if named.holder is not None:
         return _replica_holder(session, producer, named, grant.stream)
-    return _name(session, producer.owner_id)
+    return _name(session, _served_at(producer))
 
 
 def _task_named(session: Session, name: str) -> Task | None:
@@ -282,7 +285,13 @@ def _stream_serving(session: Session, me: int, grant: tokens.Grant) -> str:
             )
     if refused:
         raise Forbidden(f"you may not {' or '.join(refused)}: {grant.stream}", field="operations")
-    return serving if serving is not None else _name(session, producer.owner_id)
+    return serving if serving is not None else _name(session, _served_at(producer))
+
+
+def _served_at(producer: Task) -> int:
+    """Who serves a task's stream: its owner (the log stays put while the task moves), or for
+    a source, whoever runs it (its publisher writes there; a partner, when placed there)."""
+    return producer.host_id if served_where_it_runs(producer.fragment) else producer.owner_id
 
 
 def _consumer_acked_as(consumers: list[Task], name: str | None) -> Task | None:

@@ -34,6 +34,8 @@ class TaskRecord:
     inputs: tuple[str, ...] = ()  # names of the tasks whose output streams it reads
     # The catalogue fragment of each input (what its stream carries), in the order of inputs.
     input_fragments: tuple[str | None, ...] = ()
+    # Who serves each input's stream (TaskInputRead.served_by; None: its owner, as before).
+    input_served_by: tuple[str | None, ...] = ()
 
     @property
     def real(self) -> bool:
@@ -63,6 +65,7 @@ class TaskRecord:
             params=dict(row.get("params") or {}),
             inputs=tuple(str(i["task"]) for i in raw),
             input_fragments=tuple(i.get("fragment") for i in raw),
+            input_served_by=tuple(i.get("served_by") for i in raw),
         )
 
 

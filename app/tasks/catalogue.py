@@ -182,6 +182,15 @@ CATALOGUE: Mapping[str, FragmentKind] = {
 }
 
 
+def served_where_it_runs(fragment: str | None) -> bool:
+    """Where a task's output stream is served: a source's on the endpoint of the participant
+    that runs it (its publisher writes there: a source placed on a partner is input produced
+    at that partner), any other task's on its owner's (the log stays put while the fragment
+    moves). The registry's token rules and ``TaskInputRead.served_by`` both ask here."""
+    kind = CATALOGUE.get(fragment or "")
+    return kind is not None and kind.is_source
+
+
 @dataclass(frozen=True)
 class Upstream:
     """What the rule needs to know of a task named as an input."""

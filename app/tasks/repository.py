@@ -28,11 +28,15 @@ def visible_to(
     return list(session.scalars(query.limit(limit)))
 
 
-def fragments_by_name(session: Session, names: Iterable[str]) -> dict[str, str | None]:
-    """The fragment each named task runs (None: a declared load)."""
+def inputs_by_name(
+    session: Session, names: Iterable[str]
+) -> dict[str, tuple[str | None, int, int]]:
+    """Per named task: the fragment it runs (None: a declared load), its owner's and its
+    host's ids."""
     wanted = list(set(names))
     if not wanted:
         return {}
-    return dict(
-        session.execute(select(Task.name, Task.fragment).where(Task.name.in_(wanted))).all()
+    rows = session.execute(
+        select(Task.name, Task.fragment, Task.owner_id, Task.host_id).where(Task.name.in_(wanted))
     )
+    return {name: (fragment, owner, host) for name, fragment, owner, host in rows}

@@ -23,6 +23,11 @@ class TaskInputRead(TaskInput):
     the stream carries (a host may not be able to read the input task itself)."""
 
     fragment: str | None = None
+    served_by: str | None = Field(
+        default=None,
+        description="The participant whose data-plane endpoint serves the input's stream: its "
+        "owner, or for a source running on a partner, that partner.",
+    )
 
 
 class TaskCreate(BaseModel):

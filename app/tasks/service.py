@@ -16,17 +16,27 @@ from app.movements import replicas
 from app.movements import repository as movements_repo
 from app.participants import repository as participants
 from app.tasks import repository
-from app.tasks.catalogue import FragmentError, Upstream, validate_fragment
+from app.tasks.catalogue import (
+    FragmentError,
+    Upstream,
+    served_where_it_runs,
+    validate_fragment,
+)
 from app.tasks.naming import naming_error
 from app.tasks.schemas import TaskCreate, TaskInputRead, TaskRead, TaskUpdate
 
 
 def to_read(session: Session, tasks: list[Task]) -> list[TaskRead]:
-    names = participants.names_by_id(
-        session, [t.owner_id for t in tasks] + [t.host_id for t in tasks]
-    )
-    kinds = repository.fragments_by_name(
+    inputs = repository.inputs_by_name(
         session, {str(i["task"]) for t in tasks for i in t.inputs or []}
+    )
+    # Where each input's stream is served (catalogue.served_where_it_runs).
+    served = {
+        name: host if served_where_it_runs(fragment) else owner
+        for name, (fragment, owner, host) in inputs.items()
+    }
+    names = participants.names_by_id(
+        session, [t.owner_id for t in tasks] + [t.host_id for t in tasks] + list(served.values())
     )
     return [
         TaskRead(
@@ -42,13 +52,24 @@ def to_read(session: Session, tasks: list[Task]) -> list[TaskRead]:
             lease_epoch=t.lease_epoch,
             fragment=t.fragment,
             params=dict(t.params or {}),
-            inputs=[
-                TaskInputRead(task=str(i["task"]), fragment=kinds.get(str(i["task"])))
-                for i in t.inputs or []
-            ],
+            inputs=[_input_read(str(i["task"]), inputs, served, names) for i in t.inputs or []],
         )
         for t in tasks
     ]
+
+
+def _input_read(
+    task: str,
+    inputs: dict[str, tuple[str | None, int, int]],
+    served: dict[str, int],
+    names: dict[int, str],
+) -> TaskInputRead:
+    found = inputs.get(task)
+    return TaskInputRead(
+        task=task,
+        fragment=None if found is None else found[0],
+        served_by=None if task not in served else names[served[task]],
+    )
 
 
 def _checked_fragment(session: Session, data: TaskCreate, owner: Principal) -> dict[str, Any]:

@@ -472,6 +472,8 @@ class SparkParticipantHost:
     def _publish(self, task: TaskRecord) -> None:
         if task.name in self._publishers:
             return
+        # Served here, where it runs, also when its owner is a partner.
+        self._declare(task.output_stream)
         seconds = task.params.get("seconds")
         publisher = _Publisher(
             task.output_stream,
@@ -488,12 +490,23 @@ class SparkParticipantHost:
         owner = self._endpoint(task.owner)
         if owner is None:
             return None
+        # Each input where the registry says its stream is served: the owner's log, or the
+        # endpoint of the partner running a source of the owner's.
+        served = [
+            self._endpoint(by) if by and by != task.owner else owner
+            for by in (*task.input_served_by, *[None] * len(task.inputs))[: len(task.inputs)]
+        ]
+        if None in served:
+            return None  # a serving partner has not reported its endpoint yet
         input_kind = next((f for f in task.input_fragments if f), catalogue.GENERATOR)
         return FragmentSpec(
             name=task.name,
             build=catalogue.build(task.fragment, task.params),
             input_schema=catalogue.input_schema(input_kind),
-            inputs=tuple(StreamRef(owner, f"{name}.out") for name in task.inputs),
+            inputs=tuple(
+                StreamRef(str(at), f"{name}.out")
+                for name, at in zip(task.inputs, served, strict=True)
+            ),
             output=StreamRef(owner, task.output_stream),
             bucket_seconds=BUCKET_SECONDS,
             trigger_seconds=0.5,

@@ -42,15 +42,24 @@ def moving(api: Api) -> tuple[Api, int]:
         },
     ):
         assert api.post("A", "/v1/tasks", body).status_code == 201
+    return api, sell(api, "A.x", "B")
+
+
+def commit(api: Api, target: str, movement: int) -> None:
+    epoch = api.get(target, f"/v1/movements/{movement}").json()["epoch"]
+    committed = api.post(target, f"/v1/movements/{movement}/commit", {"epoch": epoch})
+    assert committed.status_code == 200, committed.text
+
+
+def sell(api: Api, task: str, to: str) -> int:
+    """A offers ``task`` to its partner ``to``, who accepts: the prepared movement's id."""
     contract = next(
-        c["id"]
-        for c in api.get("A", "/v1/contracts").json()
-        if "B" in (c["proposer"], c["partner"])
+        c["id"] for c in api.get("A", "/v1/contracts").json() if to in (c["proposer"], c["partner"])
     )
-    offer = api.post("A", "/v1/offers", {"contract_id": contract, "tasks": ["A.x"], "price": 0.9})
+    offer = api.post("A", "/v1/offers", {"contract_id": contract, "tasks": [task], "price": 0.9})
     assert offer.status_code == 201, offer.text
-    accepted = api.post("B", f"/v1/offers/{offer.json()['id']}/accept", {"version": 1}).json()
-    return api, int(accepted["movement_ids"][0])
+    accepted = api.post(to, f"/v1/offers/{offer.json()['id']}/accept", {"version": 1}).json()
+    return int(accepted["movement_ids"][0])
 
 
 def test_who_gets_which_token_while_a_movement_is_prepared_and_after_it(
@@ -104,6 +113,30 @@ def test_who_gets_which_token_while_a_movement_is_prepared_and_after_it(
     assert ask(api, "A", **ack_input)[0] == 403  # A owns A.x but no longer runs it
     got, answer = ask(api, "B", **retire)
     assert (got, answer["serving"]) == (200, "A")
+
+
+def test_a_source_running_at_a_partner_is_served_there_and_readers_are_told_so(
+    moving: tuple[Api, int],
+) -> None:
+    """A sells its source A.src to its partner C: from the commit its publisher writes on C's
+    endpoint, so C serves A.src.out (tokens name C, and A.x's record says where its input is),
+    while A.x's own output stays at its owner A."""
+    api, movement = moving
+    commit(api, "B", movement)  # A.x runs at B from now on (one move in flight at a time)
+    commit(api, "C", sell(api, "A.src", "C"))
+
+    for who, body in [
+        ("C", {"operations": ["append", "fence"], "stream": "A.src.out"}),  # its publisher
+        ("A", {"operations": ["read"], "stream": "A.src.out"}),  # A.x's owner reads it there
+        ("B", {"operations": ["ack"], "stream": "A.src.out", "consumer": "A.x"}),  # its host
+        ("admin", {"operations": ["read"], "stream": "A.src.out"}),
+    ]:
+        got, answer = ask(api, who, **body)
+        assert (got, answer.get("serving")) == (200, "C"), (who, body, answer)
+    got, answer = ask(api, "A", operations=["append"], stream="A.x.out")
+    assert (got, answer.get("serving")) == (200, "A")
+    inputs = api.get("A", "/v1/tasks/A.x").json()["inputs"]
+    assert inputs == [{"task": "A.src", "fragment": "generator", "served_by": "C"}]
 
 
 def test_an_issued_token_verifies_with_the_published_key(moving: tuple[Api, int]) -> None:

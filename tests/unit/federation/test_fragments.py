@@ -11,11 +11,13 @@ from typing import Any
 
 import pytest
 
+from app.participant.ports import TaskRecord
 from app.tasks.catalogue import (
     CATALOGUE,
     FragmentError,
     Upstream,
     field_name,
+    served_where_it_runs,
     validate_fragment,
 )
 
@@ -49,6 +51,28 @@ def test_catalogue_ships_the_generator_and_the_network_monitoring_fragments() ->
     assert CATALOGUE["generator"].is_source and CATALOGUE["generator"].min_inputs == 0
     for name in ("connections_per_source", "distinct_ports_per_source", "prefix_scanners"):
         assert not CATALOGUE[name].is_source and CATALOGUE[name].min_inputs >= 1
+
+
+def test_a_source_is_served_where_it_runs_any_other_task_at_its_owner() -> None:
+    assert served_where_it_runs("generator")
+    for name in ("connections_per_source", "distinct_ports_per_source", "prefix_scanners", None):
+        assert not served_where_it_runs(name)
+    # What an agent learns of its inputs from the registry (TaskInputRead), in input order.
+    record = TaskRecord.from_read(
+        {
+            "name": "A.x",
+            "owner": "A",
+            "host": "A",
+            "load": 1.0,
+            "fragment": "connections_per_source",
+            "inputs": [
+                {"task": "A.conns", "fragment": "generator", "served_by": "B"},
+                {"task": "A.near", "fragment": "generator"},
+            ],
+        }
+    )
+    assert record.inputs == ("A.conns", "A.near")
+    assert record.input_served_by == ("B", None)
 
 
 def test_defaults_fill_what_is_not_given() -> None:
