@@ -114,11 +114,13 @@ def participants_create(
 
 @audit_cli.command("verify")
 def audit_verify() -> None:
-    """Recompute the audit log's hash chain (DATABASE_URL) from its first entry to its last.
+    """Recompute the audit log's hash chains (DATABASE_URL) from their first entries to their last.
 
-    Exits 0 and prints the entry count and the chain's head hash when every entry is intact
-    (keep the head somewhere else to detect a rewrite of the whole log later); exits 1 naming
-    the first entry that breaks the chain (changed, removed, inserted or reordered).
+    The log is several chains side by side, so that concurrent writers need not wait for one
+    another. Exits 0 and prints the entry count, one head hash over every chain's end and each
+    chain's last entry when every entry is intact (keep them somewhere else to detect a rewrite
+    of the whole log later); exits 1 naming the first entry that breaks a chain (changed,
+    removed, inserted or reordered).
     """
     from app.audit.verify import verify
     from app.db.session import unit_of_work
@@ -130,6 +132,8 @@ def audit_verify() -> None:
         console.print(
             f"[green]audit chain intact[/]: {verdict.entries} entries, head {verdict.head}"
         )
+        for chain, (last_id, last_hash) in sorted(verdict.ends.items()):
+            console.print(f"  chain {chain}: entry #{last_id} {last_hash}")
         return
     where = f"entry #{verdict.broken.entry_id}" if verdict.broken.entry_id else "end of the log"
     console.print(

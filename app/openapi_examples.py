@@ -81,6 +81,7 @@ _AUDIT_ENTRY = {
     "entity_id": 12,
     "detail": {"tasks": ["A.q01"], "agreed_price": 0.25},
     "participants": ["A", "B"],
+    "chain": 3,
     "prev_hash": "9f2c6a0e" + "0" * 56,
     "hash": "41d07b3c" + "0" * 56,
 }

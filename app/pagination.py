@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlencode
@@ -75,11 +75,14 @@ def decode_cursor(list_name: str, cursor: str, key_types: tuple[type, ...]) -> K
     return tuple(after)
 
 
-def page_request(list_name: str, *key_types: type) -> Callable[..., PageRequest]:
+def page_request(
+    list_name: str, *key_types: type
+) -> Callable[..., Coroutine[Any, Any, PageRequest]]:
     """A dependency reading ``limit`` and ``cursor`` for the list called ``list_name``, whose
     sort key has values of ``key_types`` (a forged cursor is a 422, never a database error)."""
 
-    def dependency(
+    # A coroutine: FastAPI would run a sync one on a worker thread, which costs more than this.
+    async def dependency(
         limit: int = Query(
             DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description=f"Items per page (1-{MAX_LIMIT})."
         ),

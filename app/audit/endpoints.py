@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Query
+from fastapi import Query
 
+from app.api_route import api_router
 from app.audit import service
 from app.audit.schemas import AuditEntryRead, AuditPageRead
 from app.auth.dependencies import CurrentPrincipal, SessionDep
 
-router = APIRouter(prefix="/v1/audit", tags=["audit"])
+router = api_router(prefix="/v1/audit", tags=["audit"])
 
 MAX_PAGE = 500
 
@@ -24,7 +25,7 @@ def list_audit(
 ) -> AuditPageRead:
     """The audit log, newest first: every entry for an admin, the entries about itself for a
     participant (its own actions and those touching its contracts, tasks, offers, movements
-    and permits). Append-only and hash-chained; ``fedload audit verify`` checks the chain."""
+    and permits). Append-only and hash-chained; ``fedload audit verify`` checks the chains."""
     page = service.page_for(session, principal, limit=limit, before=cursor)
     return AuditPageRead(
         items=[
@@ -37,6 +38,7 @@ def list_audit(
                 entity_id=e.entity_id,
                 detail=e.detail,
                 participants=page.subjects.get(e.id, []),
+                chain=e.chain,
                 prev_hash=e.prev_hash,
                 hash=e.hash,
             )

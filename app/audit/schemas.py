@@ -20,6 +20,7 @@ class AuditEntryRead(BaseModel):
                 "entity_id": 7,
                 "detail": {"version": 3, "status": "active"},
                 "participants": ["A", "B"],
+                "chain": 1,
                 "prev_hash": "9f2c...",
                 "hash": "41d0...",
             }
@@ -34,7 +35,13 @@ class AuditEntryRead(BaseModel):
     entity_id: int | None
     detail: dict[str, Any]
     participants: list[str] = Field(description="The participants this entry is about.")
-    prev_hash: str = Field(description="The hash of the entry before it in the chain.")
+    chain: int = Field(
+        description="The chain the entry extends: the log is several hash chains side by side, "
+        "so that concurrent writers do not wait for one another."
+    )
+    prev_hash: str = Field(
+        description="The hash of the entry before it in its chain (64 zeros for a chain's first)."
+    )
     hash: str = Field(description="SHA-256 over this entry's fields and prev_hash.")
 
 

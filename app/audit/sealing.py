@@ -1,12 +1,23 @@
 """Chaining the audit entries of a transaction, as the last step before it commits.
 
-``audit.record`` only queues an entry on the session. Just before the commit, every queued entry
-gets its place in the chain: the head row is updated first, which makes this the only
-transaction extending the chain until it commits (a row lock on PostgreSQL, the database's write
-lock on SQLite); then the entries are numbered after the head, hashed over the previous hash and
-inserted. Taking that lock at the very end, after everything else is flushed, keeps it short and
-free of deadlocks: once it is held the transaction only inserts into the audit tables, which
-hold no foreign key to a row another transaction could have locked.
+``audit.record`` only queues an entry on the session. Just before the commit, the queued
+entries get their place in one of the log's chains: the transaction locks a chain's head row,
+which makes it the only transaction extending that chain until it commits, takes ids for its
+entries from the log's sequence, hashes each over the previous hash and inserts them.
+
+There are several chains (migration 0010) so that concurrent writers do not queue on one head:
+a writer locks the first head no other transaction holds (``FOR UPDATE SKIP LOCKED``) and waits
+only when every chain is busy. Each chain is as strong as the single one was (every entry
+holds its predecessor's hash, every head its chain's end, ``fedload audit verify`` walks them
+all); which chain an entry is in says nothing about it. On SQLite the database's write lock
+admits one writer at a time anyway: the subquery finds the first head, always free.
+
+Ids come from one sequence, taken while the head is held, so a chain's ids rise in chain order
+(entries of different chains may commit out of id order: two writers at once).
+
+Taking the head at the very end, after everything else is flushed, keeps it short and free of
+deadlocks: once it is held the transaction only inserts into the audit tables, which hold no
+foreign key to a row another transaction could have locked.
 
 Listeners registered with ``on_committed`` hear of the entries once their transaction is
 committed (the metrics count moves and offers this way; a rolled-back entry is never counted).
@@ -14,11 +25,12 @@ committed (the metrics count moves and offers this way; a rolled-back entry is n
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import event, select, update
+from sqlalchemy import Table, bindparam, event, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, SessionTransaction
 
@@ -28,7 +40,8 @@ from app.models import AuditEntry, AuditHead, AuditSubject
 
 PENDING = "fedload.audit.pending"
 SEALED = "fedload.audit.sealed"
-HEAD_ID = 1
+# Chains created when the head table is empty (as migration 0010 does).
+CHAINS = 16
 
 
 @dataclass(frozen=True)
@@ -64,15 +77,14 @@ def _seal(session: Session) -> None:
     session.flush()  # everything else first: the head is locked only for the inserts below
     actors: dict[str, int | None] = {}
     concerning = [concerned(session, entry, actors) for entry, _ in pending]
-    last_id, last_hash = _lock_head(session)
+    chain, last_hash, ids = _lock_head(session, len(pending))
+    entries: list[dict[str, Any]] = []
+    subjects: list[dict[str, int]] = []
     sealed: list[CommittedEntry] = []
-    for (entry, _), about in zip(pending, concerning, strict=True):
-        last_id += 1
-        entry.id = last_id
-        entry.prev_hash = last_hash
-        entry.hash = entry_hash(
+    for (entry, _), about, entry_id in zip(pending, concerning, ids, strict=True):
+        digest = entry_hash(
             ChainFields(
-                id=entry.id,
+                id=entry_id,
                 at=entry.at,
                 actor=entry.actor,
                 action=entry.action,
@@ -83,50 +95,113 @@ def _seal(session: Session) -> None:
             ),
             last_hash,
         )
-        last_hash = entry.hash
-        session.add(entry)
-        session.add_all(
-            AuditSubject(audit_id=entry.id, participant_id=p) for p in sorted(about.participant_ids)
+        entry.id, entry.chain, entry.prev_hash, entry.hash = entry_id, chain, last_hash, digest
+        entries.append(
+            {
+                "id": entry_id,
+                "at": entry.at,
+                "actor": entry.actor,
+                "action": entry.action,
+                "entity_type": entry.entity_type,
+                "entity_id": entry.entity_id,
+                "detail": entry.detail,
+                "prev_hash": last_hash,
+                "hash": digest,
+                "chain": chain,
+            }
         )
+        subjects += [
+            {"audit_id": entry_id, "participant_id": p} for p in sorted(about.participant_ids)
+        ]
         sealed.append(CommittedEntry(entry.action, entry.entity_type, about.movement_reason))
-    session.flush()
-    session.execute(
-        update(AuditHead)
-        .where(AuditHead.id == HEAD_ID)
-        .values(last_id=last_id, last_hash=last_hash)
-    )
+        last_hash = digest
+    # Core statements built once (below), not the ORM's unit of work: the rows are final, and
+    # building and flushing them as objects was most of what an audited commit cost.
+    session.execute(_INSERT_ENTRIES, entries)
+    if subjects:
+        session.execute(_INSERT_SUBJECTS, subjects)
+    session.execute(_EXTEND, {"chain": chain, "end_id": ids[-1], "end_hash": last_hash})
     session.info[SEALED] = sealed
 
 
-def _lock_head(session: Session) -> tuple[int, str]:
-    """Take the chain's lock and read where it ends (one statement: UPDATE ... RETURNING)."""
-    touch = (
-        update(AuditHead)
-        .where(AuditHead.id == HEAD_ID)
-        .values(last_id=AuditHead.last_id)
-        .returning(AuditHead.last_id, AuditHead.last_hash)
+_log = cast(Table, AuditEntry.__table__)
+_heads = cast(Table, AuditHead.__table__)
+_INSERT_ENTRIES = insert(_log)
+_INSERT_SUBJECTS = insert(cast(Table, AuditSubject.__table__))
+_EXTEND = (
+    update(_heads)
+    .where(_heads.c.id == bindparam("chain"))
+    .values(last_id=bindparam("end_id"), last_hash=bindparam("end_hash"))
+)
+# The sequence behind audit_log.id on PostgreSQL (a serial column; migration 0010 moved it on).
+_SEQUENCE_SQL = "pg_get_serial_sequence('audit_log', 'id')"
+_NEXT_IDS = text(f"SELECT nextval({_SEQUENCE_SQL}) FROM generate_series(1, :n)")
+_free = _heads.alias("free")
+_FIRST_FREE = (
+    select(_free.c.id).order_by(_free.c.id).limit(1).with_for_update(skip_locked=True)
+).scalar_subquery()
+
+
+def _touch(where: Any, *, postgres: bool) -> Any:
+    """Lock a head row (an update of nothing) and read where its chain ends; on PostgreSQL
+    take the first id in the same round trip (most transactions write one entry)."""
+    returned: list[Any] = [_heads.c.id, _heads.c.last_hash]
+    if postgres:
+        returned.append(func.nextval(text(_SEQUENCE_SQL)))
+    return update(_heads).where(where).values(last_id=_heads.c.last_id).returning(*returned)
+
+
+_TOUCH = {
+    (postgres, any_chain): _touch(
+        _heads.c.id == (bindparam("chain") if any_chain else _FIRST_FREE), postgres=postgres
     )
-    head = session.execute(touch).first()
-    if head is None:
-        _create_head(session)
-        head = session.execute(touch).one()
-    return int(head.last_id), str(head.last_hash)
+    for postgres in (True, False)
+    for any_chain in (True, False)
+}
 
 
-def _create_head(session: Session) -> None:
-    """No head row (an emptied table): start it at the log's last entry. Two writers may both
-    get here; the second one's insert fails quietly and it waits on the first one's row."""
-    last = session.execute(
-        select(AuditEntry.id, AuditEntry.hash).order_by(AuditEntry.id.desc()).limit(1)
-    ).first()
+def _lock_head(session: Session, count: int) -> tuple[int, str, list[int]]:
+    """Lock a chain's head; return the chain, the hash it ends with and ``count`` new ids."""
+    postgres = session.get_bind().dialect.name == "postgresql"
+    head = session.execute(_TOUCH[postgres, False]).first()
+    if head is None and session.scalar(select(_heads.c.id).limit(1)) is None:
+        _create_heads(session)
+        head = session.execute(_TOUCH[postgres, False]).first()
+    if head is None:  # every chain busy: wait for one, any one
+        chains = list(session.scalars(select(_heads.c.id)))
+        head = session.execute(_TOUCH[postgres, True], {"chain": random.choice(chains)}).one()
+    row: tuple[Any, ...] = tuple(head)
+    chain, last_hash = int(row[0]), str(row[1])
+    if postgres:
+        ids = [int(row[2])]
+        if count > 1:
+            ids += session.scalars(_NEXT_IDS, {"n": count - 1})
+    else:  # one writer at a time: number after the log's largest id
+        largest: int = session.scalar(select(func.max(_log.c.id))) or 0
+        ids = list(range(largest + 1, largest + 1 + count))
+    return chain, last_hash, ids
+
+
+def _create_heads(session: Session) -> None:
+    """No head row (an emptied table): one per chain, each where its chain ends in the log.
+    Two writers may both get here; the second one's insert fails quietly."""
+    ends = {
+        row.chain: (row.id, row.hash)
+        for row in session.execute(
+            select(AuditEntry.chain, AuditEntry.id, AuditEntry.hash).where(
+                AuditEntry.id.in_(select(func.max(AuditEntry.id)).group_by(AuditEntry.chain))
+            )
+        )
+    }
     try:
         with session.begin_nested():
-            session.add(
+            session.add_all(
                 AuditHead(
-                    id=HEAD_ID,
-                    last_id=last.id if last else 0,
-                    last_hash=last.hash if last else GENESIS,
+                    id=chain,
+                    last_id=ends.get(chain, (0, GENESIS))[0],
+                    last_hash=ends.get(chain, (0, GENESIS))[1],
                 )
+                for chain in range(1, max(CHAINS, *ends, 1) + 1)
             )
     except IntegrityError:
         pass

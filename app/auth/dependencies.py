@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Annotated
 
+import anyio
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
@@ -22,17 +24,45 @@ from app.settings import Settings
 bearer = HTTPBearer(auto_error=False, description="A participant's API key or the admin key.")
 
 
-def get_settings_dep(request: Request) -> Settings:
+# The light dependencies are coroutines: FastAPI runs a sync one on a worker thread, and a
+# thread hop costs more CPU than they do (bench/api/README.md). Only database work goes to a
+# thread, once per request where it can.
+
+
+async def get_settings_dep(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-def get_session(request: Request) -> Iterator[Session]:
-    """One session per request, committed once here at the edge; services only flush."""
+async def get_session(request: Request) -> AsyncIterator[Session]:
+    """One session per request, committed once here at the edge; services only flush.
+
+    Opening a session touches no connection, so it happens on the event loop; the commit (or
+    the rollback) and the connection's return go to a thread, shielded so that a cancelled
+    request still gives its connection back to the pool."""
     session: Session = request.app.state.session_factory()
     try:
         yield session
-        session.commit()
+    except BaseException:
+        await _finish(session, commit=False)
+        raise
+    await _finish(session, commit=True)
+
+
+async def _finish(session: Session, *, commit: bool) -> None:
+    if not session.in_transaction():  # it never used a connection: nothing to wait for
+        session.close()
+        return
+    with anyio.CancelScope(shield=True):
+        await run_in_threadpool(_close, session, commit=commit)
+
+
+def _close(session: Session, *, commit: bool) -> None:
+    try:
+        if commit:
+            session.commit()
+        else:
+            session.rollback()
     except BaseException:
         session.rollback()
         raise
@@ -47,20 +77,34 @@ SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
-def current_principal(
+async def current_principal(
     request: Request, credentials: Credentials, settings: SettingsDep, session: SessionDep
 ) -> Principal:
     if credentials is None or not credentials.credentials:
         raise Unauthorized(
             "missing bearer token: send 'Authorization: Bearer <API key>'", field="Authorization"
         )
-    principal = _authenticate(credentials.credentials, settings, session, _key_cache(request))
+    cache = _key_cache(request)
+    principal = _known(credentials.credentials, settings, cache)
+    if principal is None:  # a query: on a thread
+        principal = await run_in_threadpool(
+            _authenticate, credentials.credentials, settings, session, cache
+        )
     if principal.participant_id is not None:
         # The caller's audit entries are about it: sealing them needs no lookup of its name.
         remember_actor(session, principal.actor, principal.participant_id)
     # For the request log (app/observability): who asked, by name.
     request.state.principal = principal
     return principal
+
+
+def _known(token: str, settings: Settings, cache: KeyCache | None) -> Principal | None:
+    """The caller when no query is needed: an admin key, or a participant's key verified a
+    moment ago (a SHA-256 and two dictionary lookups, fine on the event loop)."""
+    admin = admin_for_key(token, settings.admins)
+    if admin is not None:
+        return admin_named(admin)
+    return cache.get(hash_api_key(token)) if cache is not None else None
 
 
 def _key_cache(request: Request) -> KeyCache | None:
@@ -71,13 +115,10 @@ def _key_cache(request: Request) -> KeyCache | None:
 def _authenticate(
     token: str, settings: Settings, session: Session, cache: KeyCache | None = None
 ) -> Principal:
-    admin = admin_for_key(token, settings.admins)
-    if admin is not None:
-        return admin_named(admin)
-    key_hash = hash_api_key(token)
-    known = cache.get(key_hash) if cache is not None else None
+    known = _known(token, settings, cache)
     if known is not None:
         return known
+    key_hash = hash_api_key(token)
     by_previous_key = False
     participant = participants.get_by_key_hash(session, key_hash)
     if participant is None:
@@ -106,7 +147,7 @@ def current_participant(principal: CurrentPrincipal, session: SessionDep) -> Par
     return participant
 
 
-def require_admin(principal: CurrentPrincipal) -> Principal:
+async def require_admin(principal: CurrentPrincipal) -> Principal:
     if not principal.is_admin:
         raise Forbidden("admin key required", field="Authorization")
     return principal

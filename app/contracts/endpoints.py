@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response, status
+from fastapi import Depends, Query, Request, Response, status
 from pydantic import BaseModel
 
+from app.api_route import api_router
 from app.api_types import PathId
 from app.auth.dependencies import CurrentPrincipal, SessionDep
 from app.contracts import service
@@ -22,7 +23,7 @@ from app.etags import NOT_MODIFIED, conditional
 from app.models import ContractStatus
 from app.pagination import PageRequest, page_request, paginate
 
-router = APIRouter(prefix="/v1/contracts", tags=["contracts"])
+router = api_router(prefix="/v1/contracts", tags=["contracts"])
 HistoryPage = Annotated[PageRequest, Depends(page_request("contract history", int))]
 ContractsPage = Annotated[PageRequest, Depends(page_request("contracts", int))]
 

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 
+from app.api_route import api_router
 from app.auth.dependencies import CurrentPrincipal, SessionDep, SettingsDep
 from app.dataplane import service
 from app.dataplane.schemas import DataplaneKeyRead, TokenRead, TokenRequest
 from app.db.base import utcnow
 
-router = APIRouter(prefix="/v1/dataplane", tags=["data plane"])
+router = api_router(prefix="/v1/dataplane", tags=["data plane"])
 
 
-def signing_key(request: Request) -> service.SigningKey:
+async def signing_key(request: Request) -> service.SigningKey:
     key: service.SigningKey = request.app.state.dataplane_key
     return key
 

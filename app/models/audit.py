@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, Index, Integer, String
+from sqlalchemy import JSON, ForeignKey, Index, Integer, SmallInteger, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, UTCDateTime, utcnow
@@ -11,7 +11,10 @@ from app.db.base import Base, UTCDateTime, utcnow
 
 class AuditEntry(Base):
     """Every state change, who made it and what it touched. Append-only, hash-chained
-    (``app/audit/chain.py``); the database refuses UPDATE and DELETE (migration 0008)."""
+    (``app/audit/chain.py``); the database refuses UPDATE and DELETE (migration 0008).
+
+    The log is several chains side by side (``chain``, the id of its ``AuditHead``), so that
+    concurrent writers need not queue on one head row; ids are one sequence across them all."""
 
     __tablename__ = "audit_log"
 
@@ -25,6 +28,8 @@ class AuditEntry(Base):
     detail: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     prev_hash: Mapped[str] = mapped_column(String(64))
     hash: Mapped[str] = mapped_column(String(64), unique=True)
+    # Which chain the entry extends: its prev_hash is the hash of that chain's entry before it.
+    chain: Mapped[int] = mapped_column(SmallInteger, default=1, server_default="1")
 
 
 class AuditSubject(Base):
@@ -40,9 +45,10 @@ class AuditSubject(Base):
 
 
 class AuditHead(Base):
-    """One row: the chain's last entry. Updating it first serialises the writers of the chain
-    (a row lock on PostgreSQL, the write lock on SQLite), and ``fedload audit verify`` checks
-    the log still ends where the head says (entries cut from the end are found too)."""
+    """One row per chain: its last entry. A writer locks one free head (SKIP LOCKED on
+    PostgreSQL; the write lock on SQLite, where one chain suffices) and extends that chain, and
+    ``fedload audit verify`` checks each chain still ends where its head says (entries cut
+    from the end are found too)."""
 
     __tablename__ = "audit_head"
 

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request, Response, status
+from fastapi import Depends, Request, Response, status
 
+from app.api_route import api_router
 from app.api_types import PathId
 from app.auth.dependencies import CurrentPrincipal, SessionDep
 from app.movements import repository, service
 from app.movements.schemas import MovementCommit, MovementCreate, MovementRead
 from app.pagination import PageRequest, page_request, paginate
 
-router = APIRouter(prefix="/v1/movements", tags=["market"])
+router = api_router(prefix="/v1/movements", tags=["market"])
 MovementsPage = Annotated[PageRequest, Depends(page_request("movements", int))]
 
 

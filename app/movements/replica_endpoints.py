@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request, Response, status
+from fastapi import Depends, Request, Response, status
 
+from app.api_route import api_router
 from app.api_types import PathName
 from app.auth.dependencies import CurrentPrincipal, SessionDep, SettingsDep
 from app.movements import replicas
@@ -14,7 +15,7 @@ from app.pagination import PageRequest, page_request, paginate
 from app.participants import repository as participants
 from app.participants import service as participant_service
 
-router = APIRouter(tags=["availability"])
+router = api_router(tags=["availability"])
 ReplicasPage = Annotated[PageRequest, Depends(page_request("replicas", int, int))]
 
 

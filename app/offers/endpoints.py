@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request, Response, status
+from fastapi import Depends, Query, Request, Response, status
 
+from app.api_route import api_router
 from app.api_types import PathId
 from app.auth.dependencies import CurrentPrincipal, SessionDep
 from app.models import OfferStatus
@@ -13,7 +14,7 @@ from app.offers import service
 from app.offers.schemas import OfferAccept, OfferCreate, OfferDecision, OfferRead
 from app.pagination import PageRequest, page_request, paginate
 
-router = APIRouter(prefix="/v1/offers", tags=["market"])
+router = api_router(prefix="/v1/offers", tags=["market"])
 OffersPage = Annotated[PageRequest, Depends(page_request("offers", int))]
 
 

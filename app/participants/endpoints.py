@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request, Response, status
+from fastapi import Depends, Query, Request, Response, status
 
+from app.api_route import api_router
 from app.api_types import PathName
 from app.auth.dependencies import (
     AdminPrincipal,
@@ -31,7 +32,7 @@ from app.participants.schemas import (
     Rejoined,
 )
 
-router = APIRouter(prefix="/v1/participants", tags=["participants"])
+router = api_router(prefix="/v1/participants", tags=["participants"])
 ParticipantsPage = Annotated[PageRequest, Depends(page_request("participants", str, int))]
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi import Depends, Path, Request, Response
 
+from app.api_route import api_router
 from app.auth.dependencies import AdminPrincipal, CurrentPrincipal, SessionDep, SettingsDep
 from app.db.base import utcnow
 from app.limits import NO_CONTROL
@@ -18,7 +19,7 @@ from app.pagination import PageRequest, page_request, paginate
 from app.permits import service
 from app.permits.schemas import PermitAsk, PermitDecision, PermitRead
 
-router = APIRouter(prefix="/v1/permits", tags=["availability"])
+router = api_router(prefix="/v1/permits", tags=["availability"])
 
 Fragment = Annotated[str, Path(min_length=1, max_length=service.MAX_NAME, pattern=NO_CONTROL)]
 PermitsPage = Annotated[PageRequest, Depends(page_request("permits", str))]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request, Response, status
+from fastapi import Depends, Request, Response, status
 from pydantic import BaseModel
 
+from app.api_route import api_router
 from app.api_types import PathName
 from app.auth.dependencies import CurrentPrincipal, SessionDep
 from app.etags import NOT_MODIFIED, conditional
@@ -17,7 +18,7 @@ from app.participants import repository as participants
 from app.tasks import repository, service
 from app.tasks.schemas import TaskCreate, TaskRead, TaskUpdate
 
-router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
+router = api_router(prefix="/v1/tasks", tags=["tasks"])
 TasksPage = Annotated[PageRequest, Depends(page_request("tasks", str, int))]
 
 

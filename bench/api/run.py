@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 import sqlalchemy as sa
+import uvloop
 from sqlalchemy.engine import make_url
 
 from app.dataplane.tokens import new_signing_key, private_pem
@@ -106,7 +107,9 @@ def database_backends(database_url: str) -> list[int]:
 
 
 @contextmanager
-def service(database_url: str, workers: int, extra_env: dict[str, str]) -> Iterator[int]:
+def service(
+    database_url: str, workers: int, extra_env: dict[str, str], root: Path | None = None
+) -> Iterator[int]:
     port = free_port()
     # Production settings name the data plane's signing key: a fresh one per run.
     signing_key = Path(tempfile.mkdtemp(prefix="fedload-bench-")) / "dataplane.pem"
@@ -118,6 +121,7 @@ def service(database_url: str, workers: int, extra_env: dict[str, str]) -> Itera
         "FEDLOAD_ADMIN_KEY": ADMIN_KEY,
         "FEDLOAD_SESSION_SECRET": "bench-session-secret",
         "FEDLOAD_ENVIRONMENT": "production",
+        **_code_from(root),
         **extra_env,
     }
     command = [sys.executable, "-m", "app", "serve", "--host", HOST, "--port", str(port)]
@@ -127,6 +131,7 @@ def service(database_url: str, workers: int, extra_env: dict[str, str]) -> Itera
     process = subprocess.Popen(
         [*command, "--workers", str(workers)],
         env=env,
+        cwd=root,
         stdout=subprocess.DEVNULL,
         stderr=log,
         start_new_session=True,
@@ -184,18 +189,22 @@ async def virtual_user(
     b = Connection(HOST, port, pair[1])
     partner = pair[2]
 
-    async def call(op: str, conn: Connection, method: str, path: str, body: Any, ok: int) -> Any:
+    async def call(
+        op: str, conn: Connection, method: str, path: str, body: Any, ok: int, parse: bool = False
+    ) -> Any:
         started = time.perf_counter()
         reply = await conn.request(method, path, body)
         tally.sent += 1
-        if time.monotonic() >= warm_until:
+        if started >= warm_until:
             tally.record(op, started, reply.status == ok)
-        return reply.json() if reply.status == ok and reply.body else None
+        # Only the proposal's answer is read (for the contract's id): parsing every body
+        # would be the generator's CPU, taken from the service on the same two cores.
+        return reply.json() if parse and reply.status == ok and reply.body else None
 
     terms = {"partner": partner, "price_min": 0.8, "price_max": 1.0}
     try:
-        while time.monotonic() < stop_at:
-            made = await call("propose", a, "POST", "/v1/contracts", terms, 201)
+        while time.perf_counter() < stop_at:
+            made = await call("propose", a, "POST", "/v1/contracts", terms, 201, parse=True)
             if made is None:
                 continue
             path = f"/v1/contracts/{made['id']}"
@@ -220,24 +229,35 @@ async def drive(
     port: int, pairs: list[tuple[str, str, str]], seconds: float, warmup: float
 ) -> Tally:
     tally = Tally()
-    now = time.monotonic()
+    now = time.perf_counter()
     await asyncio.gather(
         *(virtual_user(port, p, tally, now + warmup + seconds, now + warmup) for p in pairs)
     )
     return tally
 
 
+def _code_from(root: Path | None) -> dict[str, str]:
+    """The environment that makes a service process import fedload from ``root``."""
+    return {} if root is None else {"PYTHONPATH": str(root)}
+
+
 def measure(
-    workers: int, users: int, seconds: float, warmup: float, env: dict[str, str]
+    workers: int,
+    users: int,
+    seconds: float,
+    warmup: float,
+    env: dict[str, str],
+    root: Path | None = None,
 ) -> dict[str, Any]:
     with fresh_database() as url:
         subprocess.run(
             [sys.executable, "-m", "app", "db", "upgrade"],
-            env={**os.environ, "DATABASE_URL": url},
+            env={**os.environ, "DATABASE_URL": url, **_code_from(root)},
+            cwd=root,
             check=True,
             capture_output=True,
         )
-        with service(url, workers, env) as port:
+        with service(url, workers, env, root) as port:
             pairs = seed(port, users)
             load_before = os.getloadavg()[0]
             # CPU seconds per request, by who spends them: the load-independent figure on a
@@ -245,7 +265,10 @@ def measure(
             servers = process_group(SERVICE_PGID[port])
             backends = database_backends(url)
             cpu_at_start = (cpu_seconds(servers), cpu_seconds(backends), time.process_time())
-            tally = asyncio.run(drive(port, pairs, seconds, warmup))
+            # uvloop (installed with uvicorn[standard]) for the generator as for the service:
+            # the generator's event loop is CPU the service does not get.
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                tally = runner.run(drive(port, pairs, seconds, warmup))
             backends = sorted(set(backends) | set(database_backends(url)))
             cpu_used = (
                 cpu_seconds(servers) - cpu_at_start[0],
@@ -298,13 +321,24 @@ def main(argv: list[str] | None = None) -> int:
         help="Extra environment for the service (e.g. FEDLOAD_ACCESS_LOG=true).",
     )
     parser.add_argument("--json", type=Path, default=Path(__file__).with_name("results.json"))
+    parser.add_argument(
+        "--service-root",
+        type=Path,
+        action="append",
+        default=[],
+        help="Run the service from this checkout (e.g. main's, for a before/after pair driven "
+        "by the same generator); repeat to alternate checkouts, one run each per worker count.",
+    )
     args = parser.parse_args(argv)
     env = dict(item.split("=", 1) for item in args.env)
     results = []
+    roots: list[Path | None] = [root.resolve() for root in args.service_root] or [None]
     for workers in args.workers:
-        row = measure(workers, args.users, args.seconds, args.warmup, env)
-        results.append(row)
-        print(json.dumps(row), flush=True)
+        for root in roots:
+            row = measure(workers, args.users, args.seconds, args.warmup, env, root)
+            row["service_root"] = str(root or Path.cwd())
+            results.append(row)
+            print(json.dumps(row), flush=True)
     args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0
 

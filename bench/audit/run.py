@@ -1,11 +1,12 @@
 """What the audit chain costs a write: audited against unaudited commits, same run, PostgreSQL.
 
-Every audited transaction extends one hash chain under the chain head's row lock (taken at the
-end of the transaction, ``app/audit/sealing.py``), so audited writers are serialised for the
-last few statements of each commit. This measures, on one scratch database, commits per second
-of a one-row write (each thread its own participant row, so rows never contend) with and
-without one audit entry, with 1 and with 8 threads; variants alternate over the rounds and the
-median is reported, so machine load hits both alike. Figures go to ``results.json``.
+Every audited transaction extends one of the log's hash chains under that chain's head row lock
+(taken at the end of the transaction, ``app/audit/sealing.py``); a writer takes the first head
+no other holds, so concurrent audited writers queue only when every chain is busy. This
+measures, on one scratch database, commits per second of a one-row write (each thread its own
+participant row, so rows never contend) with and without one audit entry, with 1 and with 8
+threads; variants alternate over the rounds and the median is reported, so machine load hits
+both alike. Figures go to ``results.json``.
 
     python -m bench.audit.run [--seconds 3] [--rounds 3]
 """

@@ -6,6 +6,7 @@ the append-only triggers are switched off first, which is what such an attacker 
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Iterator
@@ -29,7 +30,7 @@ from app.models import AuditEntry, AuditSubject
 from app.settings import get_settings
 from tests.integration.api.conftest import Api
 from tests.support.components import postgres_problem, postgres_url, require
-from tests.support.databases import BACKENDS
+from tests.support.databases import BACKENDS, _truncate_all
 
 TRIGGERS = [
     ("audit_log", "update"),
@@ -248,9 +249,14 @@ def test_a_changed_subject_breaks_the_chain(abc: Api, db_url: str) -> None:
     assert verdict.broken is not None and verdict.broken.entry_id == target
 
 
-def test_concurrent_writers_extend_one_chain(db_url: str) -> None:
-    """Eight threads, each committing audited transactions at once: one unbroken chain, with
-    no entry lost and none forked off the same predecessor."""
+def record_in_own_transaction(db_url: str, action: str) -> None:
+    with unit_of_work(db_url) as session:
+        audit.record(session, actor="system", action=action, entity_type="test", entity_id=None)
+
+
+def test_concurrent_writers_extend_the_chains(db_url: str) -> None:
+    """Eight threads, each committing audited transactions at once: unbroken chains, with no
+    entry lost, none forked off the same predecessor, and ids from one sequence."""
     writers, each = 8, 6
     errors: list[BaseException] = []
 
@@ -278,9 +284,95 @@ def test_concurrent_writers_extend_one_chain(db_url: str) -> None:
     assert errors == []
     with unit_of_work(db_url) as session:
         verdict = verify(session)
-        ids = session.execute(sa.text("SELECT id FROM audit_log ORDER BY id")).scalars().all()
+        rows = session.execute(sa.text("SELECT id, chain, detail FROM audit_log ORDER BY id")).all()
     assert verdict.intact and verdict.entries == writers * each * 2
-    assert ids == list(range(1, writers * each * 2 + 1))
+    assert [r.id for r in rows] == list(range(1, writers * each * 2 + 1))
+    # A transaction's entries stay together in one chain, in the order they were recorded.
+    by_transaction: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for row in rows:
+        detail = row.detail if isinstance(row.detail, dict) else json.loads(row.detail)
+        by_transaction.setdefault((detail["writer"], detail["k"]), []).append(
+            (row.chain, detail["part"])
+        )
+    assert all(
+        len({chain for chain, _ in parts}) == 1 and [p for _, p in parts] == [0, 1]
+        for parts in by_transaction.values()
+    )
+    assert set(verdict.ends) == {r.chain for r in rows}
+
+
+@pytest.mark.postgres
+def test_a_writer_does_not_wait_for_another_holding_a_chain(postgres_database: str) -> None:
+    """While one transaction holds a chain's head (as a writer does from its sealing to its
+    commit), another audited commit takes the next chain instead of queueing behind it; with
+    every head held, it waits for one and then goes on."""
+    _truncate_all(postgres_database)
+    record_in_own_transaction(postgres_database, "test.first")  # creates the heads
+    engine = get_engine(postgres_database)
+    with engine.connect() as holder:
+        holder.execute(sa.text("SELECT id FROM audit_head WHERE id = 1 FOR UPDATE"))
+        # With one head, this commit would queue on the holder's lock until lock_timeout.
+        with unit_of_work(postgres_database) as session:
+            session.execute(sa.text("SET LOCAL lock_timeout = '3s'"))
+            audit.record(
+                session, actor="system", action="test.beside", entity_type="test", entity_id=None
+            )
+        holder.rollback()
+    with unit_of_work(postgres_database) as session:
+        chains = dict(session.execute(sa.text("SELECT action, chain FROM audit_log")).all())
+    assert chains == {"test.first": 1, "test.beside": 2}
+
+    done = threading.Event()
+
+    def wait_for_a_head() -> None:
+        record_in_own_transaction(postgres_database, "test.waited")
+        done.set()
+
+    with engine.connect() as holder:
+        holder.execute(sa.text("SELECT id FROM audit_head FOR UPDATE"))
+        writer = threading.Thread(target=wait_for_a_head)
+        writer.start()
+        assert not done.wait(0.5)  # every chain busy: it waits...
+        holder.rollback()
+        writer.join(timeout=10)
+    assert done.is_set()  # ...and commits once a head is free
+    with unit_of_work(postgres_database) as session:
+        verdict = verify(session)
+    assert (verdict.intact, verdict.entries) == (True, 3)
+
+
+def test_verify_walks_every_chain(db_url: str) -> None:
+    """Entries of two chains interleaved by id: each chain verifies on its own, and tampering
+    with either is found, named by entry or by the chain whose end was cut."""
+    record_in_own_transaction(db_url, "test.one")
+    with triggers_off(db_url) as conn:  # a second chain, as a concurrent writer would start it
+        conn.execute(sa.text("UPDATE audit_head SET id = 99 WHERE id = 1"))
+    record_in_own_transaction(db_url, "test.two")  # the first free head: 2, from genesis
+    with triggers_off(db_url) as conn:
+        conn.execute(sa.text("UPDATE audit_head SET id = 1 WHERE id = 99"))
+    record_in_own_transaction(db_url, "test.three")  # chain 1 again, after test.one
+    with unit_of_work(db_url) as session:
+        verdict = verify(session)
+        rows = session.execute(sa.text("SELECT id, chain, action FROM audit_log ORDER BY id"))
+        assert [(r.id, r.chain) for r in rows] == [(1, 1), (2, 2), (3, 1)]
+    assert verdict.intact and verdict.entries == 3
+    assert set(verdict.ends) == {1, 2} and verdict.ends[1][0] == 3
+
+    with triggers_off(db_url) as conn:  # cut chain 2's only entry
+        conn.execute(sa.text("DELETE FROM audit_subjects WHERE audit_id = 2"))
+        conn.execute(sa.text("DELETE FROM audit_log WHERE id = 2"))
+    with unit_of_work(db_url) as session:
+        verdict = verify(session)
+    assert verdict.broken is not None and verdict.broken.entry_id is None
+    assert "chain 2 has no entry" in verdict.broken.problem
+    assert "entries were removed from the end" in verdict.broken.problem
+
+    with triggers_off(db_url) as conn:  # move chain 1's last entry into chain 2
+        conn.execute(sa.text("UPDATE audit_log SET chain = 2 WHERE id = 3"))
+    with unit_of_work(db_url) as session:
+        verdict = verify(session)
+    assert verdict.broken is not None and verdict.broken.entry_id == 3
+    assert "in chain 2" in verdict.broken.problem
 
 
 def test_a_rolled_back_transaction_leaves_no_entry(db_url: str) -> None:
@@ -361,4 +453,11 @@ def migrate_old_entries(url: str) -> None:
     with unit_of_work(url) as session:
         verdict = verify(session)
         assert (verdict.intact, verdict.entries) == (True, 4)
+        # Migration 0010: the old entries' chain goes on (the sequence moved past their ids),
+        # beside fifteen new chains.
+        after = session.execute(
+            sa.text("SELECT id, chain FROM audit_log WHERE action = 'test.after'")
+        ).one()
+        assert tuple(after) == (4, 1)
+        assert session.scalar(sa.text("SELECT count(*) FROM audit_head")) == 16
     dispose_engines(url)
