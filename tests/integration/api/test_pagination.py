@@ -115,7 +115,7 @@ def test_the_contract_list_costs_the_same_queries_for_3_or_9_contracts(
     def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
         statements.append(statement)
 
-    def queries_for_list() -> int:
+    def one_list() -> int:
         statements.clear()
         event.listen(engine, "before_cursor_execute", count)
         try:
@@ -124,6 +124,12 @@ def test_the_contract_list_costs_the_same_queries_for_3_or_9_contracts(
             event.remove(engine, "before_cursor_execute", count)
         assert response.status_code == 200
         return len(statements)
+
+    def queries_for_list() -> int:
+        # The caller's key is looked up again whenever the worker's 1 s key cache has expired
+        # (a loaded machine can take that long between two calls): not a query per contract,
+        # so the fewest of three calls in a row counts.
+        return min(one_list() for _ in range(3))
 
     for partner in "BCD":
         api.propose("A", partner)
