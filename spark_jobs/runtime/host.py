@@ -31,7 +31,7 @@ from pyspark.sql.types import StructType
 from spark_jobs.runtime.checkpoint_store import CheckpointStore
 from spark_jobs.runtime.dataplane import client_defaults
 from spark_jobs.runtime.listeners import ProgressListener
-from spark_jobs.runtime.soutput import SOutput, read_namespace
+from spark_jobs.runtime.soutput import Mirror, SOutput, read_mirror, read_namespace
 from spark_jobs.runtime.sunion import SUnionDataSource
 from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient, StreamServer
 
@@ -264,6 +264,12 @@ class FragmentRuntime:
             return 0
         return read_namespace(self.checkpoint_dir(fragment))
 
+    def output_mirror(self, fragment: str) -> Mirror | None:
+        """Which batches of ``fragment``'s checkpoint ran another host's batches (``soutput``)."""
+        if self.store.local_root is None:
+            return None
+        return read_mirror(self.checkpoint_dir(fragment))
+
     def pace_file(self, fragment: str) -> Path:
         """Where a warm copy of ``fragment`` paces this host's query (``runtime.pace``): on the
         driver's disk (SUnion plans on the driver), beside the checkpoint root."""
@@ -380,6 +386,7 @@ class FragmentRuntime:
                 spec.output.stream,
                 epoch,
                 namespace=self.output_namespace(slot),
+                mirror=self.output_mirror(slot),
             )
         query = (
             spec.build(reader.load())

@@ -16,6 +16,8 @@ Fragment outputs are small (alerts per window), so collecting a batch to the dri
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.sql import DataFrame
@@ -29,6 +31,51 @@ NAMESPACE_BITS = 32
 # The namespace travels with the fragment's checkpoint (a move ships the whole directory, and
 # Spark ignores files it does not know there), so a later move keeps writing in that space.
 NAMESPACE_FILE = "fedload-output-namespace"
+# A warm copy that caught up in coarse steps ran the source's batches under ids of its own
+# (``spark_jobs.runtime.warm``): which of its batches stand for which of the source's travels
+# with the checkpoint too, so that any host that runs one of them again logs it under the
+# source's id, where the output log already has it.
+MIRROR_FILE = "fedload-output-mirror"
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """Batches ``<= upto`` ran a source's batches: batch ``b`` is the source's ``b + shift``,
+    with ``shift`` the one of the last segment ``(first, shift)`` starting at or below ``b``
+    (0 below the first), logged in the source's ``namespace``."""
+
+    namespace: int
+    segments: tuple[tuple[int, int], ...]
+    upto: int
+
+    def shift_of(self, batch_id: int) -> int:
+        shift = 0
+        for first, segment_shift in self.segments:
+            if first <= batch_id:
+                shift = segment_shift
+        return shift
+
+    def source_id(self, batch_id: int) -> int:
+        return batch_id + self.shift_of(batch_id)
+
+
+def read_mirror(checkpoint_dir: Path) -> Mirror | None:
+    try:
+        body = json.loads((Path(checkpoint_dir) / MIRROR_FILE).read_text())
+    except FileNotFoundError:
+        return None
+    return Mirror(
+        int(body["namespace"]),
+        tuple((int(first), int(shift)) for first, shift in body["segments"]),
+        int(body["upto"]),
+    )
+
+
+def write_mirror(checkpoint_dir: Path, mirror: Mirror) -> None:
+    directory = Path(checkpoint_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    body = {"namespace": mirror.namespace, "segments": mirror.segments, "upto": mirror.upto}
+    (directory / MIRROR_FILE).write_text(json.dumps(body) + "\n")
 
 
 def read_namespace(checkpoint_dir: Path) -> int:
@@ -45,18 +92,33 @@ def write_namespace(checkpoint_dir: Path, namespace: int) -> None:
     (directory / NAMESPACE_FILE).write_text(f"{namespace}\n")
 
 
+def _in_namespace(namespace: int, batch_id: int) -> int:
+    return (namespace << NAMESPACE_BITS) | batch_id if namespace else batch_id
+
+
 class SOutput:
-    def __init__(self, location: str, stream: str, epoch: int, *, namespace: int = 0) -> None:
+    def __init__(
+        self,
+        location: str,
+        stream: str,
+        epoch: int,
+        *,
+        namespace: int = 0,
+        mirror: Mirror | None = None,
+    ) -> None:
         self.location = location
         self.stream = stream
         self.epoch = epoch
         self.namespace = namespace
+        self.mirror = mirror
         self.written = 0
         self.skipped = 0
 
     def log_batch_id(self, batch_id: int) -> int:
         """The id Spark's batch ``batch_id`` has in the output log."""
-        return (self.namespace << NAMESPACE_BITS) | batch_id if self.namespace else batch_id
+        if self.mirror is not None and batch_id <= self.mirror.upto:
+            return _in_namespace(self.mirror.namespace, self.mirror.source_id(batch_id))
+        return _in_namespace(self.namespace, batch_id)
 
     def holds_boundaries(self) -> bool:
         """True while the output BOUNDARY must not advance (a DPC sink in failure)."""

@@ -14,7 +14,12 @@ move can only approach it. Here the target pays the cold start while the source 
    file (``spark_jobs.runtime.follow``): the copy runs exactly the source's batches (same ids,
    same buckets), and drops their output, which the source wrote.
 3. warmed: the target polls the source's offset log (``offsets`` action) into the follow file
-   until the copy has committed the source's last committed batch.
+   until the copy has committed the source's last committed batch. A copy that waits idle
+   ``JUMP_MIN_BEHIND`` or more batches behind (its first, cold batch leaves it there) runs the
+   source's batches up to the second-to-last logged as one batch of its own, then the rest one
+   by one: from then on its batch ids are the source's minus a shift, which the target keeps
+   (``WarmCopy.segments``) and, at the release, writes into the checkpoint (``soutput.Mirror``)
+   with the movement's epoch as the output namespace for the copy's own batches.
 4. release: the source stops after its last committed batch and ships its final checkpoint, as in
    a stop-and-copy move; the target checks that the copy's batches are the source's.
 5. commit: the registry makes the target the host (the single truth, as for every move); the
@@ -42,7 +47,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +66,7 @@ from spark_jobs.runtime.movement import (
     _committed,
     relocate,
 )
-from spark_jobs.runtime.soutput import SOutput
+from spark_jobs.runtime.soutput import Mirror, SOutput, write_mirror, write_namespace
 from spark_jobs.runtime.standby import snapshot_running
 from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient
 
@@ -94,6 +99,17 @@ MAX_LAG_BATCHES = 3
 # release the source is stopped and the copy runs those batches alone, 0.2-0.4 s each, while a
 # cold start (the stop-and-copy fallback) costs 3-4 s: about 8-10 such batches.
 MAX_LAG_AT_DEADLINE = 8
+# A copy that waits, idle, this many of the source's batches behind runs all but the source's
+# last logged batch as one batch of its own (a jump), then the last one as the source ran it.
+# Mirroring batch by batch, a copy gains on the source only the source's idle time, and its
+# first (cold) batch alone leaves it 4-10 batches behind (bench/agents/README.md). After the jump
+# its state is the source's again from the next batch on: the watermark that batch uses is
+# computed from the same rows, so it evicts the same windows. Assumes no row is ever late at the
+# source (the jump batch plans with an older watermark, so it would keep a row the source
+# dropped): true of the catalogue's fragments, which read their inputs in bucket order with
+# event times inside each bucket.
+JUMP_MIN_BEHIND = 3
+JUMP_ENV = "FEDLOAD_WARM_JUMP"
 # An acknowledgement above every bucket: a hold that no longer holds anything.
 RELEASED_HOLD = 2**62
 
@@ -107,6 +123,11 @@ def warm_budget() -> float:
     if value < 0:
         raise ValueError(f"{WARM_BUDGET_ENV} must be >= 0 seconds, got {raw!r}")
     return value
+
+
+def jumps_enabled() -> bool:
+    """``FEDLOAD_WARM_JUMP=0`` makes a warm copy mirror the source batch by batch (as before)."""
+    return os.environ.get(JUMP_ENV, "1") != "0"
 
 
 class WarmupFailed(RuntimeError):
@@ -312,6 +333,12 @@ class WarmCopy:
     sink: WarmSink | None = None
     snapshot_batch: int = -1
     bytes: int = 0
+    jumps: bool = True
+    # The follow file's entries, by the copy's batch id (each written once), and where the
+    # copy's ids stop being the source's: (first copy batch id, source id - copy id) per jump.
+    entries: dict[int, int] = field(default_factory=dict)
+    segments: list[tuple[int, int]] = field(default_factory=list)
+    source_namespace: int = 0
 
     @property
     def name(self) -> str:
@@ -332,6 +359,7 @@ class WarmCopy:
         self.bytes += len(packed.data)
         self.snapshot_batch = snapshot_batch(packed)
         self.runtime.store.unpack(self.name, packed)
+        self.source_namespace = self.runtime.output_namespace(self.name)
         self._follow({})
         output = self.spec.output
         self.sink = WarmSink(
@@ -350,6 +378,59 @@ class WarmCopy:
     def _follow(self, ends: Mapping[int, int]) -> None:
         offsets = self.runtime.checkpoint_dir(self.name) / "offsets"
         follow.write(self.follow_path, offsets, ends, hold=self.consumer)
+
+    # -- which of the source's batches each of the copy's stands for --------------------------
+    def source_id(self, batch: int) -> int:
+        """The source's batch the copy's ``batch`` ran (or will run)."""
+        shift = 0
+        for first, segment_shift in self.segments:
+            if first <= batch:
+                shift = segment_shift
+        return batch + shift
+
+    def copy_id(self, source_batch: int) -> int:
+        """The copy's last batch that stands for a source batch at or below ``source_batch``."""
+        bounds = [(-(2**62), 0), *self.segments]
+        for index in range(len(bounds) - 1, -1, -1):
+            first, shift = bounds[index]
+            end = bounds[index + 1][0] - 1 if index + 1 < len(bounds) else 2**62
+            if source_batch - shift >= first:
+                return min(source_batch - shift, end)
+        return source_batch
+
+    def _offer(self, ends: Mapping[int, int], *, final: bool = False) -> None:
+        """Offer the copy the source's logged batches (``ends``: source batch id -> end): one by
+        one from where it stands; or, when it waits idle ``JUMP_MIN_BEHIND`` or more behind, all
+        but the last in one batch of its own (a jump), then the last. Far behind and busy, the
+        copy is offered nothing more until it is idle (then it jumps), unless ``final``."""
+        logged, committed = batch_log(log_tree(self.runtime.checkpoint_dir(self.name)))
+        planned = max([*logged, self.snapshot_batch])
+        following = max([planned, *self.entries]) + 1
+        last = max(ends, default=-1)
+        if self.jumps and last - self.source_id(following) >= JUMP_MIN_BEHIND:
+            idle = following == planned + 1 and max(committed, default=-1) >= planned
+            if idle and last - 1 in ends:
+                log.info(
+                    "%s: the warm copy's batch %d runs the source's batches up to %d at once",
+                    self.name,
+                    following,
+                    last - 1,
+                )
+                self.segments.append((following, last - 1 - following))
+                self.entries[following] = ends[last - 1]
+                following += 1
+            elif not final:
+                return
+        while self.source_id(following) in ends:
+            self.entries[following] = ends[self.source_id(following)]
+            following += 1
+        self._follow(self.entries)
+
+    def mirror(self) -> Mirror | None:
+        """The copy's batches that ran the source's under other ids (None: it never jumped)."""
+        if not self.segments:
+            return None
+        return Mirror(self.source_namespace, tuple(self.segments), max(self.entries))
 
     def _check_running(self) -> None:
         failure = self.runtime.failure(self.name)
@@ -373,13 +454,13 @@ class WarmCopy:
                     Grant(frozenset({RELEASE}), task=self.name, movement=self.move.movement_id),
                     fragment=self.name,
                     movement=self.move.movement_id,
-                    copy_at=self.committed(),
+                    copy_at=self.source_id(self.committed()),
                 )
-            self._follow({int(batch): int(end) for batch, end in answer["ends"].items()})
+            self._offer({int(batch): int(end) for batch, end in answer["ends"].items()})
             assert self.sink is not None
-            self.sink.source_at(int(answer["committed"]))
+            self.sink.source_at(self.copy_id(int(answer["committed"])))
             mine = self.committed()
-            lag = int(answer["committed"]) - mine
+            lag = int(answer["committed"]) - self.source_id(mine)
             allowed = 0 if time.monotonic() < patient_until else MAX_LAG_BATCHES
             if mine > self.snapshot_batch and lag <= allowed:
                 return max(lag, 0)
@@ -387,20 +468,24 @@ class WarmCopy:
                 if mine > self.snapshot_batch and lag <= MAX_LAG_AT_DEADLINE:
                     return max(lag, 0)
                 raise WarmupFailed(
-                    f"the warm copy of {self.name} reached batch {mine}, the source "
-                    f"{answer['committed']}, within the budget"
+                    f"the warm copy of {self.name} reached the source's batch "
+                    f"{self.source_id(mine)} (its own {mine}; it started after "
+                    f"{self.snapshot_batch}), the source {answer['committed']}, within the budget"
                 )
             time.sleep(FOLLOW_POLL_S)
 
     def settle(self, packed: PackedCheckpoint) -> None:
         """The source's final checkpoint: check that every batch the copy logged is the source's
-        batch of that id, and let the copy follow all the source logged. A batch the copy logged
-        past the source's last (a no-data batch while the source stopped) is its own: the sink
-        holds it until the switch, and nobody else wrote that id."""
+        batch it stands for, and let the copy follow all the source logged. A batch the copy
+        logged past the source's last (a no-data batch while the source stopped) is its own: the
+        sink holds it until the switch, and nobody else wrote that id. A copy that jumped keeps,
+        in its checkpoint, which of its batches stand for which of the source's (``Mirror``): any
+        of them run again after the switch is logged under the source's id, so the output log
+        keeps it once, and its own batches under the movement's epoch."""
         self.bytes += len(packed.data)
         ends, committed = batch_log(unpack_tree(packed.data))
         mine, _ = batch_log(log_tree(self.runtime.checkpoint_dir(self.name)))
-        differ = sorted(n for n, end in mine.items() if ends.get(n, end) != end)
+        differ = sorted(n for n, end in mine.items() if ends.get(self.source_id(n), end) != end)
         if differ:
             raise Diverged(f"batches {differ} of the warm copy of {self.name} differ")
         try:
@@ -408,8 +493,15 @@ class WarmCopy:
         except WarmupFailed as error:
             raise Diverged(str(error)) from error
         assert self.sink is not None
-        self.sink.source_at(max(committed, default=-1))
-        self._follow(ends)
+        self.sink.source_at(self.copy_id(max(committed, default=-1)))
+        self._offer(ends, final=True)
+        mirror = self.mirror()
+        if mirror is not None:
+            checkpoint = self.runtime.checkpoint_dir(self.name)
+            write_mirror(checkpoint, mirror)
+            write_namespace(checkpoint, self.move.epoch)
+            self.sink.mirror = mirror
+            self.sink.namespace = self.move.epoch
 
     def switch(self) -> None:
         assert self.sink is not None
@@ -507,7 +599,7 @@ def warm_relocate(
 
     mark("prepared")
     source.movement = move.movement_id
-    copy = WarmCopy(fragment, source, target, move, follow_path)
+    copy = WarmCopy(fragment, source, target, move, follow_path, jumps=jumps_enabled())
     try:
         copy.start()
         mark("warming")

@@ -1,0 +1,69 @@
+"""The warm hand-off between agent processes: the taker's copy catches up with the running source
+(jumping over the batches its cold start left it behind), the consumers switch to it, and the
+fragment's output equals a run without the move, every batch once.
+
+The agents run with ``FEDLOAD_WARM_BUDGET_S`` (the hand-off is opt-in) and a movement lease long
+enough for a fallback after the budget. The move must switch warm, not fall back to
+stop-and-copy: the jump is what lets a copy catch up on two shared cores (bench/agents/README.md).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from app.federation.document import load_federation
+from spark_jobs.runtime.dataplane import registry_tokens
+from spark_jobs.runtime.warm import WARM_BUDGET_ENV
+from spark_jobs.scenarios.processes import AgentSettings, ProcessFederation
+from spark_jobs.scenarios.reference import check_fragment
+from tests.integration.participant.agents import (
+    FEDERATION,
+    GENERATOR,
+    grows,
+    host_of,
+    output_rows,
+    overload_s,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+# Generous for a loaded CI machine: a copy that has not caught up by then is a failure here.
+WARM_BUDGET_S = 20.0
+
+
+def test_a_move_switches_to_a_warm_copy_and_the_output_equals_a_run_without_it(tmp_path, spark):
+    fed = ProcessFederation(
+        load_federation(FEDERATION),
+        tmp_path / "federation",
+        lease_seconds=WARM_BUDGET_S + 40,
+        agent_settings=AgentSettings(offer_interval=2.0, spark_eager=True, hysteresis=0.005),
+    )
+    try:
+        fed.start()
+        for name in ("O", "S", "T"):
+            fed.start_agent(name, env={WARM_BUDGET_ENV: str(WARM_BUDGET_S)})
+        admin = fed.admin()
+        wait_for("O.x to write output from S", lambda: output_rows(admin, "O.x") > 0, 180)
+        grows(admin, "O.x")  # S's query runs steadily before the copy starts
+
+        overload_s(admin)
+        moved = wait_for("T to record the move", lambda: list(fed.moves()), 180)
+        assert [(m["task"], m["src"], m["dst"]) for m in moved] == [("O.x", "S", "T")]
+        timings = moved[0]["timings"]
+        assert "warm_fallback" not in timings, f"moved by stop-and-copy: {timings}"
+        assert {"warming", "warmed", "resumed"} <= set(timings)
+        assert host_of(admin, "O.x") == "T"
+        grows(admin, "O.x", by=40)
+
+        comparison = check_fragment(
+            spark, admin.endpoint("O"), admin.task("O.x"), GENERATOR, registry_tokens(admin)
+        )
+        assert comparison.matches, comparison.as_dict()
+        assert comparison.rows > 100
+    except BaseException:
+        for name, agent in fed.agents.items():
+            print(f"--- {name}'s agent log ---\n{agent.tail(40)}")
+        raise
+    finally:
+        fed.close()

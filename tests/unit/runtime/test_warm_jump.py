@@ -1,0 +1,142 @@
+"""A warm copy far behind the source catches up in one batch of its own (a jump), then mirrors the
+source batch by batch; which of its batches stand for which of the source's is kept, so that the
+output log keeps every batch once whichever host runs it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from spark_jobs.runtime import follow
+from spark_jobs.runtime.soutput import Mirror, SOutput, read_mirror, write_mirror
+from spark_jobs.runtime.warm import JUMP_MIN_BEHIND, WarmCopy
+
+SNAPSHOT = 10
+# The source's offset log: batch id -> end bucket, one bucket a batch; 17 is a no-data batch.
+SOURCE = {batch: 100 + batch for batch in range(0, 17)} | {17: 116, 18: 118, 19: 119}
+
+
+class Checkpoints:
+    """The part of a FragmentRuntime a copy's bookkeeping reads: its checkpoint directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def checkpoint_dir(self, fragment: str) -> Path:
+        return self.root / fragment
+
+    def log(self, fragment: str, batch: int, end: int, *, committed: bool = True) -> None:
+        directory = self.checkpoint_dir(fragment)
+        (directory / "offsets").mkdir(parents=True, exist_ok=True)
+        (directory / "commits").mkdir(parents=True, exist_ok=True)
+        (directory / "offsets" / str(batch)).write_text(
+            f'v1\n{{"batchWatermarkMs":0}}\n{{"bucket":{end}}}'
+        )
+        if committed:
+            (directory / "commits" / str(batch)).write_text("v1\n{}")
+
+
+@pytest.fixture
+def copy(tmp_path: Path) -> tuple[WarmCopy, Checkpoints]:
+    checkpoints = Checkpoints(tmp_path / "checkpoints")
+    for batch in range(SNAPSHOT + 1):  # the snapshot: the source's batches up to 10
+        checkpoints.log("O.x", batch, SOURCE[batch])
+    warm = WarmCopy(
+        spec=SimpleNamespace(name="O.x"),  # type: ignore[arg-type]
+        source=None,  # type: ignore[arg-type]
+        runtime=checkpoints,  # type: ignore[arg-type]
+        move=SimpleNamespace(movement_id=7, epoch=3),  # type: ignore[arg-type]
+        follow_path=tmp_path / "follow" / "O.x.json",
+        snapshot_batch=SNAPSHOT,
+    )
+    return warm, checkpoints
+
+
+def _offered(warm: WarmCopy) -> dict[int, int]:
+    body: dict[str, Any] = json.loads(warm.follow_path.read_text())
+    return {int(batch): int(end) for batch, end in body["ends"].items()}
+
+
+def _source(upto: int) -> dict[int, int]:
+    return {batch: end for batch, end in SOURCE.items() if batch <= upto}
+
+
+def test_a_copy_close_behind_mirrors_the_source_batch_by_batch(copy):
+    warm, _ = copy
+    warm._offer(_source(SNAPSHOT + JUMP_MIN_BEHIND - 1))
+    assert _offered(warm) == {11: SOURCE[11], 12: SOURCE[12]}
+    assert warm.segments == []
+    assert warm.mirror() is None
+
+
+def test_an_idle_copy_far_behind_jumps_to_the_source_s_second_to_last_batch(copy):
+    warm, _ = copy
+    warm._offer(_source(15))
+    # Its batch 11 runs the source's 11..14 at once, its 12 is the source's 15.
+    assert _offered(warm) == {11: SOURCE[14], 12: SOURCE[15]}
+    assert [warm.source_id(b) for b in (10, 11, 12, 13)] == [10, 14, 15, 16]
+    # The copy's last batch standing for a source batch at or below each source id.
+    assert [warm.copy_id(s) for s in (10, 11, 13, 14, 15, 16)] == [10, 10, 10, 11, 12, 13]
+
+
+def test_a_busy_copy_far_behind_waits_to_be_idle_then_jumps(copy):
+    warm, checkpoints = copy
+    warm._offer(_source(11))
+    assert _offered(warm) == {11: SOURCE[11]}
+    # The copy plans 11 (its first, cold batch) while the source runs ahead to 16.
+    checkpoints.log("O.x", 11, SOURCE[11], committed=False)
+    warm._offer(_source(16))
+    assert _offered(warm) == {11: SOURCE[11]}, "offered more while the copy was busy"
+    checkpoints.log("O.x", 11, SOURCE[11])
+    warm._offer(_source(16))
+    assert _offered(warm) == {11: SOURCE[11], 12: SOURCE[15], 13: SOURCE[16]}
+    assert warm.segments == [(12, 3)]
+    # Then batch by batch, the source's no-data batch 17 included (same end as 16).
+    checkpoints.log("O.x", 12, SOURCE[15])
+    checkpoints.log("O.x", 13, SOURCE[16], committed=False)
+    warm._offer(_source(17))
+    assert _offered(warm)[14] == SOURCE[17] == SOURCE[16]
+    mirror = warm.mirror()
+    assert mirror is not None and mirror.upto == 14 and mirror.source_id(14) == 17
+
+
+def test_after_the_release_a_busy_copy_far_behind_is_offered_everything(copy):
+    warm, checkpoints = copy
+    warm._offer(_source(11))
+    checkpoints.log("O.x", 11, SOURCE[11], committed=False)
+    warm._offer(_source(19), final=True)
+    assert _offered(warm) == {b: SOURCE[b] for b in range(11, 20)}
+    assert warm.mirror() is None
+
+
+def test_the_follow_file_answers_the_jump_by_the_copy_s_own_batch_ids(copy):
+    warm, checkpoints = copy
+    warm._offer(_source(15))
+    path = str(warm.follow_path)
+    assert follow.planned_end(path, SOURCE[SNAPSHOT], wait_s=0) == SOURCE[14]
+    checkpoints.log("O.x", 11, SOURCE[14])
+    assert follow.planned_end(path, SOURCE[14], wait_s=0) == SOURCE[15]
+
+
+def test_mirrored_batches_are_logged_under_the_source_s_ids_and_the_copy_s_own_in_its_epoch():
+    mirror = Mirror(namespace=0, segments=((11, 3), (14, 5)), upto=15)
+    sink = SOutput("grpc://unused", "O.x.out", epoch=7, namespace=7, mirror=mirror)
+    # Before any jump: the source's ids; jumps: shifted; past upto: the copy's own, epoch 7.
+    assert [sink.log_batch_id(b) for b in (10, 11, 13, 14, 15)] == [10, 14, 16, 19, 20]
+    assert sink.log_batch_id(16) == (7 << 32) | 16
+    # A source that wrote in a namespace of its own (after a failover): its ids, its namespace.
+    failed_over = SOutput(
+        "grpc://unused", "O.x.out", 7, namespace=7, mirror=Mirror(2, ((11, 3),), 12)
+    )
+    assert failed_over.log_batch_id(12) == (2 << 32) | 15
+
+
+def test_the_mirror_travels_in_the_checkpoint(tmp_path: Path):
+    assert read_mirror(tmp_path) is None
+    mirror = Mirror(namespace=3, segments=((11, 3), (14, 5)), upto=15)
+    write_mirror(tmp_path, mirror)
+    assert read_mirror(tmp_path) == mirror
