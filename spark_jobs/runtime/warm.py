@@ -399,29 +399,35 @@ class WarmCopy:
         return source_batch
 
     def _offer(self, ends: Mapping[int, int], *, final: bool = False) -> None:
-        """Offer the copy the source's logged batches (``ends``: source batch id -> end): one by
-        one from where it stands; or, when it waits idle ``JUMP_MIN_BEHIND`` or more behind, all
-        but the last in one batch of its own (a jump), then the last. Far behind and busy, the
-        copy is offered nothing more until it is idle (then it jumps), unless ``final``."""
-        logged, committed = batch_log(log_tree(self.runtime.checkpoint_dir(self.name)))
+        """Offer the copy the source's logged batches (``ends``: source batch id -> end), at most
+        the one after the batch it has planned (all of them once ``final``), so that it never
+        holds a queue of small steps it cannot take back; when the next one to offer is
+        ``JUMP_MIN_BEHIND`` or more behind the source's last, offer instead all but the last as
+        one batch of its own (a jump), and the last after it."""
+        logged, _ = batch_log(log_tree(self.runtime.checkpoint_dir(self.name)))
         planned = max([*logged, self.snapshot_batch])
         following = max([planned, *self.entries]) + 1
+        upto = 2**62 if final else planned + 1
         last = max(ends, default=-1)
-        if self.jumps and last - self.source_id(following) >= JUMP_MIN_BEHIND:
-            idle = following == planned + 1 and max(committed, default=-1) >= planned
-            if idle and last - 1 in ends:
-                log.info(
-                    "%s: the warm copy's batch %d runs the source's batches up to %d at once",
-                    self.name,
-                    following,
-                    last - 1,
-                )
-                self.segments.append((following, last - 1 - following))
-                self.entries[following] = ends[last - 1]
-                following += 1
-            elif not final:
-                return
-        while self.source_id(following) in ends:
+        if (
+            self.jumps
+            and following <= upto
+            and last - self.source_id(following) >= JUMP_MIN_BEHIND
+            and last - 1 in ends
+        ):
+            log.info(
+                "%s: the warm copy's batch %d runs the source's batches up to %d at once",
+                self.name,
+                following,
+                last - 1,
+            )
+            self.segments.append((following, last - 1 - following))
+            # With the last one behind it: the copy's Spark then never waits for its next batch
+            # (a wait can end in a no-data batch of its own).
+            self.entries[following] = ends[last - 1]
+            self.entries[following + 1] = ends[last]
+            following += 2
+        while following <= upto and self.source_id(following) in ends:
             self.entries[following] = ends[self.source_id(following)]
             following += 1
         self._follow(self.entries)

@@ -65,15 +65,19 @@ def _source(upto: int) -> dict[int, int]:
     return {batch: end for batch, end in SOURCE.items() if batch <= upto}
 
 
-def test_a_copy_close_behind_mirrors_the_source_batch_by_batch(copy):
-    warm, _ = copy
+def test_a_copy_close_behind_is_offered_the_source_s_next_batch_only(copy):
+    warm, checkpoints = copy
+    warm._offer(_source(SNAPSHOT + JUMP_MIN_BEHIND - 1))
+    assert _offered(warm) == {11: SOURCE[11]}
+    # Once it has planned 11, the next one, and no further (it could not be taken back).
+    checkpoints.log("O.x", 11, SOURCE[11], committed=False)
     warm._offer(_source(SNAPSHOT + JUMP_MIN_BEHIND - 1))
     assert _offered(warm) == {11: SOURCE[11], 12: SOURCE[12]}
     assert warm.segments == []
     assert warm.mirror() is None
 
 
-def test_an_idle_copy_far_behind_jumps_to_the_source_s_second_to_last_batch(copy):
+def test_a_copy_far_behind_jumps_to_the_source_s_second_to_last_batch(copy):
     warm, _ = copy
     warm._offer(_source(15))
     # Its batch 11 runs the source's 11..14 at once, its 12 is the source's 15.
@@ -83,33 +87,31 @@ def test_an_idle_copy_far_behind_jumps_to_the_source_s_second_to_last_batch(copy
     assert [warm.copy_id(s) for s in (10, 11, 13, 14, 15, 16)] == [10, 10, 10, 11, 12, 13]
 
 
-def test_a_busy_copy_far_behind_waits_to_be_idle_then_jumps(copy):
+def test_a_copy_left_behind_by_its_cold_first_batch_jumps_next(copy):
     warm, checkpoints = copy
     warm._offer(_source(11))
     assert _offered(warm) == {11: SOURCE[11]}
-    # The copy plans 11 (its first, cold batch) while the source runs ahead to 16.
+    # The copy plans 11 (its first, cold batch) while the source runs ahead to 17.
     checkpoints.log("O.x", 11, SOURCE[11], committed=False)
-    warm._offer(_source(16))
-    assert _offered(warm) == {11: SOURCE[11]}, "offered more while the copy was busy"
-    checkpoints.log("O.x", 11, SOURCE[11])
-    warm._offer(_source(16))
-    assert _offered(warm) == {11: SOURCE[11], 12: SOURCE[15], 13: SOURCE[16]}
-    assert warm.segments == [(12, 3)]
-    # Then batch by batch, the source's no-data batch 17 included (same end as 16).
-    checkpoints.log("O.x", 12, SOURCE[15])
-    checkpoints.log("O.x", 13, SOURCE[16], committed=False)
     warm._offer(_source(17))
-    assert _offered(warm)[14] == SOURCE[17] == SOURCE[16]
+    assert _offered(warm) == {11: SOURCE[11], 12: SOURCE[16], 13: SOURCE[17]}
+    assert warm.segments == [(12, 4)]
+    # Then batch by batch, the source's no-data batch 17 included (same end as 16).
+    checkpoints.log("O.x", 12, SOURCE[16])
+    checkpoints.log("O.x", 13, SOURCE[17], committed=False)
+    warm._offer(_source(18))
+    assert _offered(warm)[14] == SOURCE[18]
     mirror = warm.mirror()
-    assert mirror is not None and mirror.upto == 14 and mirror.source_id(14) == 17
+    assert mirror is not None and mirror.upto == 14 and mirror.source_id(14) == 18
+    assert SOURCE[17] == SOURCE[16]
 
 
-def test_after_the_release_a_busy_copy_far_behind_is_offered_everything(copy):
+def test_after_the_release_the_copy_is_offered_everything(copy):
     warm, checkpoints = copy
     warm._offer(_source(11))
     checkpoints.log("O.x", 11, SOURCE[11], committed=False)
-    warm._offer(_source(19), final=True)
-    assert _offered(warm) == {b: SOURCE[b] for b in range(11, 20)}
+    warm._offer(_source(13), final=True)
+    assert _offered(warm) == {b: SOURCE[b] for b in range(11, 14)}
     assert warm.mirror() is None
 
 
