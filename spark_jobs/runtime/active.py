@@ -22,9 +22,10 @@ TENTATIVE once its end is more than the budget behind the wall clock without eve
 copy starts from empty state at the next window start after the input's newest bucket (as a
 ``gap`` start): every window it emits from there is whole, and equal to the primary's.
 
-Not yet: the primary host runs its fragment as a plain query (always STABLE to a consumer), and
-a failover of a task with an active replica follows the precise path (restart at the holder);
-the running copy is stopped once this participant becomes the host.
+A failover of the task to this participant takes the running copy over (``hand_over``, then
+``spark_jobs.runtime.promote``): the copy goes on as the task's host, nothing restarts.
+
+Not yet: the primary host runs its fragment as a plain query (always STABLE to a consumer).
 """
 
 from __future__ import annotations
@@ -129,6 +130,17 @@ class ActiveReplicas:
         with self._lock:
             copy = self._copies.get(task)
         return None if copy is None else copy.dpc.state
+
+    def copy_of(self, task: str) -> _Copy | None:
+        """The running copy of ``task`` here, if any (left running and kept)."""
+        with self._lock:
+            return self._copies.get(task)
+
+    def hand_over(self, task: str) -> _Copy | None:
+        """Give up the running copy of ``task`` without stopping it: it became the task's host
+        (a failover). From now on its owner polls it and stops it; ``keep`` no longer sees it."""
+        with self._lock:
+            return self._copies.pop(task, None)
 
     def running(self) -> list[str]:
         with self._lock:
