@@ -433,12 +433,13 @@ class AgentFailover:
         taken: dict[str, Any] = {}
 
         def take_over(epoch: int) -> None:
-            # After the commit's fence: the failed host's rows are final.
+            # After the commit's fence: the failed host's rows are final. Read before the copy
+            # is handed over, so that a failed read leaves it where the next tick finds it.
+            written, _ = failed_host_rows(spec.output)
             assert self.active is not None
             copy = self.active.hand_over(task)
             if copy is None:
                 raise RuntimeError(f"the active copy of {task} stopped before the takeover")
-            written, _ = failed_host_rows(spec.output)
             forwarder = Forwarder(self.host.server.log, copy.stream, spec.output, epoch, written)
             promoted = PromotedCopy(
                 task, copy.dpc, forwarder, active_name(task), task, on_error=self._note
