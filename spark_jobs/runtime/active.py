@@ -45,7 +45,7 @@ from app.participant.failover import Keep, align_up, window_span
 from app.participant.ports import TaskRecord
 from spark_jobs.fragments import catalogue
 from spark_jobs.runtime.dpc import DPCFragment, DPCSettings
-from spark_jobs.runtime.host import StreamRef
+from spark_jobs.runtime.host import FragmentSpec, StreamRef
 from spark_jobs.runtime.transport import StreamClient
 
 if TYPE_CHECKING:
@@ -162,6 +162,8 @@ class ActiveReplicas:
         spec = host.spec_of(record)
         if spec is None or not spec.inputs:
             return
+        if not _primary_reads(spec, record.name):
+            return  # its hold would let the producers trim what the primary has yet to read
         first = spec.inputs[0]
         with StreamClient(first.location, timeout=INFO_TIMEOUT_S) as producer:
             boundary = producer.info(first.stream)["boundary"]
@@ -277,3 +279,16 @@ class ActiveReplicas:
     def _note(self, message: str) -> None:
         log.warning("%s", message)
         self.errors = [*self.errors[-49:], message]
+
+
+def _primary_reads(spec: FragmentSpec, task: str) -> bool:
+    """Whether the primary host's query acknowledges on every input (as ``task``).
+
+    The copy holds each input from its replay point, an acknowledgement: with no other consumer
+    registered yet, the producer drops every bucket below it, and a primary that starts later
+    (its host busy) reads from there. Seen: the primary's first minute of output lost."""
+    for ref in spec.inputs:
+        with StreamClient(ref.location, timeout=INFO_TIMEOUT_S) as producer:
+            if task not in producer.info(ref.stream)["acks"]:
+                return False
+    return True

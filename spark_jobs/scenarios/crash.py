@@ -108,6 +108,14 @@ def _has_output(admin: FedloadClient, owner: str, task: str) -> bool:
     return bool(_info(admin, owner, f"{task}.out")["rows"] > 0)
 
 
+def _copy_covered(admin: FedloadClient) -> bool:
+    """T's copy of V.x has written its first window, and S's output has passed it: from then on
+    the copy covers what S has not emitted (a takeover by it is precise)."""
+    copy = _info(admin, HOLDER, replica_stream("V.x", HOLDER))
+    primary = _info(admin, "V", "V.x.out")["boundary"]
+    return copy["first"] is not None and primary is not None and primary > copy["first"]
+
+
 def run_crash(
     options: CrashOptions, console: Console | None = None, spark: SparkSession | None = None
 ) -> dict[str, Any]:
@@ -161,8 +169,8 @@ def _run(
             options.startup_timeout_s,
         )
         wait_until(
-            "T's active copy of V.x to write its own log",
-            lambda: _info(admin, HOLDER, replica_stream("V.x", HOLDER))["rows"] > 0,
+            "S's V.x output to pass the first window of T's active copy",
+            partial(_copy_covered, admin),
             options.startup_timeout_s,
         )
         time.sleep(options.before_kill_s)
