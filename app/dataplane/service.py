@@ -41,7 +41,8 @@ for that consumer, never another's.
 Replica streams. An active replica of task ``X`` on participant ``H`` (a running DPC copy,
 ``spark_jobs.runtime.active``) keeps its own log of ``X``'s output on its own endpoint:
 ``X.out@H``, with its DPC companion ``X.out@H.dpc`` (``app.dataplane.streams``). ``H`` serves
-them, only while it holds a replica of ``X``; only ``H`` appends to or fences them; whoever may
+them, only while it holds a replica of ``X`` or hosts ``X`` (a failover promoted its copy:
+``spark_jobs.runtime.promote``); only ``H`` appends to or fences them; whoever may
 read ``X.out`` may read them (a consumer chooses which replica to read from), and its consumers
 acknowledge there as on ``X.out``.
 
@@ -200,10 +201,13 @@ def _task_named(session: Session, name: str) -> Task | None:
 
 
 def _replica_holder(session: Session, task: Task, named: StreamName, stream: str) -> str:
-    """The participant that serves a replica stream: its holder, while it holds a replica."""
+    """The participant that serves a replica stream: its holder, while it holds a replica or,
+    after a failover promoted its copy, while it hosts the task (the copy runs on as the host
+    and still writes its own log, which it forwards into the task's: ``runtime.promote``)."""
     holder = session.scalar(select(Participant).where(Participant.name == named.holder))
     holds = holder is not None and (
-        session.scalar(
+        holder.id == task.host_id
+        or session.scalar(
             select(Replica.id).where(
                 Replica.task_id == task.id, Replica.participant_id == holder.id
             )

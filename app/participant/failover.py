@@ -107,7 +107,10 @@ def plan_failovers(
     liveness: Mapping[str, str],
 ) -> list[Failover]:
     """The takeovers ``me`` starts now: every task whose replica it holds and whose host the
-    registry sees failed (only "failed": a suspect host may be a slow one)."""
+    registry sees failed (only "failed": a suspect host may be a slow one).
+
+    Active replicas first: their takeover is a registry round trip (the copy already runs),
+    a restart takes seconds, and the agent performs them one after the other."""
     by_task = {str(t["name"]): t for t in tasks}
     by_id = _contracts_by_id(contracts)
     out = []
@@ -130,7 +133,7 @@ def plan_failovers(
                 max_delay_seconds=terms.get("max_delay_seconds"),
             )
         )
-    return sorted(out, key=lambda f: f.task)
+    return sorted(out, key=lambda f: (f.technique != "active_standby", f.task))
 
 
 def effective(recovery: Recovery, *, holds_checkpoint: bool) -> Recovery:

@@ -22,9 +22,10 @@ TENTATIVE once its end is more than the budget behind the wall clock without eve
 copy starts from empty state at the next window start after the input's newest bucket (as a
 ``gap`` start): every window it emits from there is whole, and equal to the primary's.
 
-Not yet: the primary host runs its fragment as a plain query (always STABLE to a consumer), and
-a failover of a task with an active replica follows the precise path (restart at the holder);
-the running copy is stopped once this participant becomes the host.
+A failover of the task to this participant takes the running copy over (``hand_over``, then
+``spark_jobs.runtime.promote``): the copy goes on as the task's host, nothing restarts.
+
+Not yet: the primary host runs its fragment as a plain query (always STABLE to a consumer).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from app.participant.failover import Keep, align_up, window_span
 from app.participant.ports import TaskRecord
 from spark_jobs.fragments import catalogue
 from spark_jobs.runtime.dpc import DPCFragment, DPCSettings
-from spark_jobs.runtime.host import StreamRef
+from spark_jobs.runtime.host import FragmentSpec, StreamRef
 from spark_jobs.runtime.transport import StreamClient
 
 if TYPE_CHECKING:
@@ -130,6 +131,17 @@ class ActiveReplicas:
             copy = self._copies.get(task)
         return None if copy is None else copy.dpc.state
 
+    def copy_of(self, task: str) -> _Copy | None:
+        """The running copy of ``task`` here, if any (left running and kept)."""
+        with self._lock:
+            return self._copies.get(task)
+
+    def hand_over(self, task: str) -> _Copy | None:
+        """Give up the running copy of ``task`` without stopping it: it became the task's host
+        (a failover). From now on its owner polls it and stops it; ``keep`` no longer sees it."""
+        with self._lock:
+            return self._copies.pop(task, None)
+
     def running(self) -> list[str]:
         with self._lock:
             return sorted(self._copies)
@@ -150,6 +162,8 @@ class ActiveReplicas:
         spec = host.spec_of(record)
         if spec is None or not spec.inputs:
             return
+        if not _primary_reads(spec, record.name):
+            return  # its hold would let the producers trim what the primary has yet to read
         first = spec.inputs[0]
         with StreamClient(first.location, timeout=INFO_TIMEOUT_S) as producer:
             boundary = producer.info(first.stream)["boundary"]
@@ -265,3 +279,16 @@ class ActiveReplicas:
     def _note(self, message: str) -> None:
         log.warning("%s", message)
         self.errors = [*self.errors[-49:], message]
+
+
+def _primary_reads(spec: FragmentSpec, task: str) -> bool:
+    """Whether the primary host's query acknowledges on every input (as ``task``).
+
+    The copy holds each input from its replay point, an acknowledgement: with no other consumer
+    registered yet, the producer drops every bucket below it, and a primary that starts later
+    (its host busy) reads from there. Seen: the primary's first minute of output lost."""
+    for ref in spec.inputs:
+        with StreamClient(ref.location, timeout=INFO_TIMEOUT_S) as producer:
+            if task not in producer.info(ref.stream)["acks"]:
+                return False
+    return True

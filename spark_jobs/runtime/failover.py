@@ -15,6 +15,11 @@ module acts, in the agent that runs it, beside its ``SparkParticipantHost``:
   then carried out on the one movement path, ``relocate``: ``AlreadyShipped`` (the standby's
   copy) for precise, ``NoCheckpoint`` with a replay point for gap and rollback. The commit fences
   the failed host's output. Each takeover is logged in ``failovers.jsonl``.
+- **failover to a running copy**: when this agent runs an active replica of the task and the
+  copy covers every window the failed host had not emitted, the takeover restarts nothing:
+  ``RunningCopy`` on the same path, and the copy goes on as the host
+  (``spark_jobs.runtime.promote``; its event says ``"path": "running_copy"``). Otherwise it takes
+  the restart path above.
 
 A host restarted by a failover from empty state numbers its micro-batches from 0 again, and the
 output log drops a batch id it has seen; so a failover's output writes its batch ids in a space
@@ -34,7 +39,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from app.participant.client import ApiError
@@ -49,12 +53,21 @@ from app.participant.failover import (
 )
 from app.participant.ports import MovementRecord, TaskRecord
 from spark_jobs.fragments import catalogue
-from spark_jobs.runtime.active import ActiveReplicas
+from spark_jobs.runtime.active import TECHNIQUE as ACTIVE_STANDBY
+from spark_jobs.runtime.active import ActiveReplicas, active_name
 from spark_jobs.runtime.host import FragmentSpec
-from spark_jobs.runtime.movement import AlreadyShipped, MoveAborted, NoCheckpoint, relocate
+from spark_jobs.runtime.movement import (
+    AlreadyShipped,
+    MoveAborted,
+    NoCheckpoint,
+    Relocation,
+    RunningCopy,
+    relocate,
+)
+from spark_jobs.runtime.promote import Forwarder, PromotedCopy, covers, failed_host_rows
 from spark_jobs.runtime.registry_coordinator import PreparedMovementCoordinator
 from spark_jobs.runtime.shipping import DeltaShipper
-from spark_jobs.runtime.soutput import SOutput, write_namespace
+from spark_jobs.runtime.soutput import SOutput, leave_out, write_namespace
 from spark_jobs.runtime.standby import (
     SHIP_TIMEOUT_S,
     STANDBY_SHIPMENT,
@@ -84,21 +97,6 @@ def holds_standby(server: StreamServer, fragment: str) -> bool:
     """Whether a standby copy of ``fragment`` sits in this endpoint's inbox."""
     with server._inbox_lock:  # the inbox has no public query; reading it is all this does
         return (fragment, STANDBY_SHIPMENT) in server._inbox
-
-
-def leave_out(table: pa.Table, written: Counter[tuple[Any, ...]]) -> tuple[pa.Table, int]:
-    """``table`` without the rows ``written`` still counts (each taken once from the count),
-    and how many were left out."""
-    if not table.num_rows:
-        return table, 0
-    keep = []
-    for row in table.to_pylist():
-        key = tuple(row.values())
-        seen = written[key] > 0
-        if seen:
-            written[key] -= 1
-        keep.append(not seen)
-    return table.filter(pa.array(keep)), keep.count(False)
 
 
 class FailoverOutput(SOutput):
@@ -171,6 +169,8 @@ class AgentFailover:
 
     # Active replicas (running DPC copies) this agent holds: spark_jobs.runtime.active.
     active: ActiveReplicas | None = None
+    # Active copies that became their task's host here by a failover (task -> copy).
+    promoted: dict[str, PromotedCopy] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for line in self._events():
@@ -184,6 +184,7 @@ class AgentFailover:
         self._ship_standbys(records, replicas)
         assert self.active is not None
         self.active.keep(records, keeps)
+        self._retire_promoted(records)
         for k in keeps:
             record = records.get(k.task)
             if k.recovery == "rollback" and record is not None and record.host != self.host.name:
@@ -247,6 +248,12 @@ class AgentFailover:
             self._thread.join(timeout=SHIP_TIMEOUT_S)
         if self.active is not None:
             self.active.close()
+        for promoted in self.promoted.values():
+            promoted.close()
+
+    def serves(self, task: str) -> bool:
+        """Whether a promoted active copy runs ``task`` here (the host starts no query for it)."""
+        return task in self.promoted
 
     def _ship(self, record: TaskRecord, state: _Shipping) -> None:
         spec = state.spec
@@ -305,6 +312,9 @@ class AgentFailover:
         spec = self.host.spec_of(record)
         if spec is None:
             raise RuntimeError(f"no endpoint known for {record.owner}, the owner")
+        if self._copy_covers(failover, record, spec):
+            self._take_over_running(failover, spec, began_wall)
+            return
         holds = holds_standby(self.host.server, failover.task)
         recovery = effective(failover.recovery, holds_checkpoint=holds)
         start = self._replay_point(recovery, spec, _span(record))
@@ -354,24 +364,135 @@ class AgentFailover:
                 f"{failover.task}: checkpoints are not local here; a later move of it writes "
                 "plain batch ids"
             )
+        self._log_takeover(
+            failover, recovery, "restart", movement, moved, began_wall, replay_from=start
+        )
+
+    def _log_takeover(
+        self,
+        failover: Failover,
+        recovery: Recovery,
+        path: str,
+        movement: MovementRecord,
+        moved: Relocation,
+        began_wall: float,
+        **extra: Any,
+    ) -> None:
         line = {
             "task": failover.task,
             "from": failover.failed_host,
             "to": self.host.name,
             "recovery": recovery,
+            "path": path,
             "asked": failover.recovery,
             "technique": failover.technique,
             "movement_id": movement.id,
             "epoch": moved.epoch,
             "namespace": movement.epoch,
-            "replay_from": start,
             "timings": moved.timings,
             "began": began_wall,
             "wall": time.time(),
+            **extra,
         }
         with (self.host.data_dir / FAILOVERS).open("a") as out:
             out.write(json.dumps(line) + "\n")
-        log.info("took %s over from %s (%s)", failover.task, failover.failed_host, recovery)
+        log.info(
+            "took %s over from %s (%s, %s)", failover.task, failover.failed_host, recovery, path
+        )
+
+    # -- the takeover by a running active copy ---------------------------------------------
+    def _copy_covers(self, failover: Failover, record: TaskRecord, spec: FragmentSpec) -> bool:
+        """Whether the takeover goes to this agent's running copy: an active replica asked
+        to recover precisely (gap and rollback ask no more of it either), whose copy runs here
+        and covers what the failed host had not emitted."""
+        if failover.technique != ACTIVE_STANDBY or self.active is None:
+            return False
+        copy = self.active.copy_of(failover.task)
+        if copy is None:
+            return False
+        with StreamClient(spec.output.location, timeout=SHIP_TIMEOUT_S) as client:
+            boundary = client.info(spec.output.stream)["boundary"]
+        if covers(copy.replay_from, boundary, _span(record)):
+            return True
+        self._note(
+            f"{failover.task}: the active copy starts at bucket {copy.replay_from}, after what "
+            f"the failed host emitted (boundary {boundary}): restarting instead"
+        )
+        return False
+
+    def _take_over_running(self, failover: Failover, spec: FragmentSpec, began_wall: float) -> None:
+        try:
+            made = self.host.client.request_movement(failover.task, self.host.name, "failover")
+        except ApiError as error:
+            if error.status == 409:
+                log.info("failover of %s not (yet) accepted: %s", failover.task, error.detail)
+                return
+            raise
+        movement = MovementRecord.from_read(made)
+        task = failover.task
+        taken: dict[str, Any] = {}
+
+        def take_over(epoch: int) -> None:
+            # After the commit's fence: the failed host's rows are final. Read before the copy
+            # is handed over, so that a failed read leaves it where the next tick finds it.
+            written, _ = failed_host_rows(spec.output)
+            assert self.active is not None
+            copy = self.active.hand_over(task)
+            if copy is None:
+                raise RuntimeError(f"the active copy of {task} stopped before the takeover")
+            forwarder = Forwarder(self.host.server.log, copy.stream, spec.output, epoch, written)
+            promoted = PromotedCopy(
+                task, copy.dpc, forwarder, active_name(task), task, on_error=self._note
+            )
+            promoted.start()
+            taken.update(promoted=promoted, copy_from=copy.replay_from)
+            self.promoted[task] = promoted
+
+        # A plain restart of the task here (this agent restarted) writes in this space too.
+        self.namespaces[task] = movement.epoch
+        try:
+            with self.host.receiving(task):
+                moved = relocate(
+                    spec,
+                    RunningCopy(failover.failed_host, take_over),
+                    self.host.runtime,
+                    coordinator=PreparedMovementCoordinator(self.host.client, movement),
+                    reason="failover",
+                )
+        except MoveAborted:
+            del self.namespaces[task]
+            raise
+        promoted = taken["promoted"]
+        self._log_takeover(
+            failover,
+            "precise",
+            "running_copy",
+            movement,
+            moved,
+            began_wall,
+            # The copy's first window: it computed everything from there on.
+            copy_from=taken["copy_from"],
+            copy_state=promoted.dpc.state.value,
+            left_out=promoted.forwarder.left_out,
+        )
+
+    def _retire_promoted(self, records: Mapping[str, TaskRecord]) -> None:
+        """Stop a promoted copy whose task the registry now places elsewhere."""
+        for task in list(self.promoted):
+            record = records.get(task)
+            if record is not None and record.host == self.host.name:
+                continue
+            promoted = self.promoted.pop(task)
+            promoted.close()
+            runtime = self.host.runtime
+            name = promoted.dpc.spec.name
+            redo = promoted.dpc.sink.redo
+            for slot in ([redo.copy] if redo is not None else []) + [name]:
+                try:
+                    runtime.stop(slot)
+                except Exception as error:
+                    self._note(f"stopping {slot}: {type(error).__name__}: {error}")
+            log.info("%s is hosted elsewhere now; its promoted copy stopped", task)
 
     def _replay_point(self, recovery: Recovery, spec: FragmentSpec, span: int) -> int | None:
         if recovery == "precise":

@@ -11,6 +11,9 @@
   inbox (shipped earlier); nothing to stop.
 - ``NoCheckpoint``: failover with upstream backup: empty state, ``replay_from`` says where to
   start reading the upstream logs.
+- ``RunningCopy``: failover to an active replica: the copy already runs at the target from its
+  own state; nothing is restored or started, the commit makes it the host and ``take_over``
+  points its output at the task's log.
 
 Sequence (two-phase with the registry through ``MovementCoordinator``):
 
@@ -149,6 +152,26 @@ class NoCheckpoint:
 
 
 @dataclass
+class RunningCopy:
+    """An active replica already running at the target (``spark_jobs.runtime.promote``).
+
+    ``take_over(epoch)`` is called after the commit and the fence, where a restart would start
+    the query: the copy becomes the fragment's host as it runs."""
+
+    host: str
+    take_over: Callable[[int], None]
+
+    def release(self, fragment: FragmentSpec) -> PackedCheckpoint | None:
+        return None
+
+    def reinstate(self, fragment: FragmentSpec, epoch: int) -> None:
+        return None
+
+    def retire(self, fragment: FragmentSpec) -> None:
+        return None
+
+
+@dataclass
 class Relocation:
     movement_id: int
     epoch: int
@@ -249,7 +272,10 @@ def relocate(
         relocation.warnings.append(f"output log not fenced at commit: {error}")
     # With a checkpoint, Spark resumes from its offset log and ignores replay_from.
     try:
-        target.start(fragment, epoch=epoch, replay_from=replay_from, sink=sink)
+        if isinstance(checkpoint_source, RunningCopy):
+            checkpoint_source.take_over(epoch)
+        else:
+            target.start(fragment, epoch=epoch, replay_from=replay_from, sink=sink)
     except Exception as error:
         # Committed: the target is the host and holds the restored checkpoint; it (or its
         # agent after a crash) starts again from it. The source keeps its copy until then.

@@ -417,6 +417,11 @@ class SparkParticipantHost:
 
     def release_for(self, fragment: str, movement: int) -> PackedCheckpoint:
         self._check_release(fragment, movement)
+        if self.availability.serves(fragment):
+            # Its state is the DPC copy's checkpoint, which no plain restart elsewhere reads.
+            raise RuntimeError(
+                f"{fragment} runs here as a promoted active copy, which cannot move yet"
+            )
         with self._fragment_lock(fragment):
             self._released[fragment] = movement
             self.runtime.stop(fragment)
@@ -523,8 +528,8 @@ class SparkParticipantHost:
             del self._released[fragment]
 
     def _ensure_running(self, task: TaskRecord) -> None:
-        if task.name in self._receiving:
-            return
+        if task.name in self._receiving or self.availability.serves(task.name):
+            return  # being taken over, or run by the active copy a failover promoted
         self._resolve_release(task.name)
         if task.name in self._released:
             return  # released for a prepared movement: the registry decides where it runs next

@@ -17,9 +17,12 @@ Fragment outputs are small (alerts per window), so collecting a batch to the dri
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from spark_jobs.runtime.transport import StreamClient
@@ -139,3 +142,18 @@ class SOutput:
         else:
             self.skipped += 1
         return fresh
+
+
+def leave_out(table: pa.Table, written: Counter[tuple[Any, ...]]) -> tuple[pa.Table, int]:
+    """``table`` without the rows ``written`` still counts (each taken once from the count),
+    and how many were left out."""
+    if not table.num_rows:
+        return table, 0
+    keep = []
+    for row in table.to_pylist():
+        key = tuple(row.values())
+        seen = written[key] > 0
+        if seen:
+            written[key] -= 1
+        keep.append(not seen)
+    return table.filter(pa.array(keep)), keep.count(False)

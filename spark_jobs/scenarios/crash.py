@@ -2,16 +2,20 @@
 them over, one per recovery type.
 
 ``fedload serve`` and one ``fedload agent`` per participant of ``crash-federation.yaml``: S hosts
-G.x, R.x and P.x (one per owner), T holds their replicas under contracts that ask ``gap``,
-``rollback`` and ``precise``. The driver only does what an owner and an operator would: each
-owner places its task's replica (``POST /v1/tasks/{name}/replicas``), and once S ships P.x's
-standby and T keeps R.x's upstream backup, S's agent gets SIGKILL. From there it is the agents'
+G.x, R.x, P.x and V.x (one per owner), T holds their replicas under contracts that ask ``gap``,
+``rollback`` and ``precise`` (P.x's a passive standby, V.x's an active one: T runs a DPC copy of
+it, which takes over without a restart, ``spark_jobs.runtime.promote``). The driver only does
+what an owner and an operator would: each owner places its task's replica (``POST
+/v1/tasks/{name}/replicas``), and once S ships P.x's standby, T keeps R.x's upstream backup and
+T's copy of V.x writes its own log, S's agent gets SIGKILL. From there it is the agents'
 and the registry's: the registry sees S failed, T asks for the three failovers and carries them
 out by the contracts' recovery types. The driver watches and measures:
 
 - detection: SIGKILL -> the registry lists S as failed;
 - per task, ``recovery_seconds``: SIGKILL -> the task's output boundary passes where it stood at
-  the kill (the new host caught up);
+  the kill (the new host caught up), and ``takeover_seconds``: from T starting that task's
+  takeover to the same moment (T takes the tasks over one after the other, so this is the
+  time each path costs on its own);
 - per task, ``lost`` and ``duplicated``: output rows missing from, and written beyond, the
   failure-free reference (the same fragment over the same seeded input, run here).
 
@@ -35,6 +39,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from rich.console import Console
 
+from app.dataplane.streams import replica_stream
 from app.federation.document import load_federation
 from app.participant.client import FedloadClient
 from spark_jobs.runtime.dataplane import RegistryTokens, registry_tokens
@@ -48,8 +53,15 @@ from spark_jobs.session import build_session
 FEDERATION = Path(__file__).with_name("crash-federation.yaml")
 HOST, HOLDER = "S", "T"
 # Task -> (the technique its owner places its replica with); the recovery type is the contract's.
-REPLICAS = {"G.x": "upstream_backup", "R.x": "upstream_backup", "P.x": "passive_standby"}
-RECOVERY_OF = {"G.x": "gap", "R.x": "rollback", "P.x": "precise"}
+REPLICAS = {
+    "G.x": "upstream_backup",
+    "R.x": "upstream_backup",
+    "P.x": "passive_standby",
+    "V.x": "active_standby",
+}
+# Task -> the report's name for its case: the contract's recovery type, and "active" for the
+# precise recovery by the active replica.
+RECOVERY_OF = {"G.x": "gap", "R.x": "rollback", "P.x": "precise", "V.x": "active"}
 
 
 @dataclass(frozen=True)
@@ -94,6 +106,14 @@ def _held(admin: FedloadClient, owner: str, stream: str, consumer: str) -> bool:
 
 def _has_output(admin: FedloadClient, owner: str, task: str) -> bool:
     return bool(_info(admin, owner, f"{task}.out")["rows"] > 0)
+
+
+def _copy_covered(admin: FedloadClient) -> bool:
+    """T's copy of V.x has written its first window, and S's output has passed it: from then on
+    the copy covers what S has not emitted (a takeover by it is precise)."""
+    copy = _info(admin, HOLDER, replica_stream("V.x", HOLDER))
+    primary = _info(admin, "V", "V.x.out")["boundary"]
+    return copy["first"] is not None and primary is not None and primary > copy["first"]
 
 
 def run_crash(
@@ -148,6 +168,11 @@ def _run(
             lambda: _held(admin, "R", "R.conns.out", backup_consumer("R.x")),
             options.startup_timeout_s,
         )
+        wait_until(
+            "S's V.x output to pass the first window of T's active copy",
+            partial(_copy_covered, admin),
+            options.startup_timeout_s,
+        )
         time.sleep(options.before_kill_s)
     early = {t: h for t in REPLICAS if (h := admin.task(t)["host"]) != HOST}
     if early:
@@ -171,6 +196,8 @@ def _run(
     fed.agents[HOST].kill()
     detected: float | None = None
     recovered: dict[str, float] = {}
+    # Wall time of each recovery, to set against the takeover's start in T's failover log.
+    recovered_wall: dict[str, float] = {}
     with console.status("the registry detects the failure; T takes the fragments over ..."):
         deadline = killed + options.recovery_timeout_s
         while len(recovered) < len(REPLICAS) and time.monotonic() < deadline:
@@ -187,10 +214,13 @@ def _run(
                 passed = boundary is not None and (was is None or boundary > was)
                 if passed and admin.task(task)["host"] == HOLDER:
                     recovered[task] = now - killed
+                    recovered_wall[task] = time.time()
             time.sleep(0.2)
     if len(recovered) == len(REPLICAS):
         time.sleep(options.after_recovery_s)
-    return _finish(options, console, fed, admin, spark, processes, before, detected, recovered)
+    return _finish(
+        options, console, fed, admin, spark, processes, before, detected, recovered, recovered_wall
+    )
 
 
 def _finish(
@@ -203,6 +233,7 @@ def _finish(
     before: dict[str, dict[str, Any]],
     detected: float | None,
     recovered: dict[str, float],
+    recovered_wall: dict[str, float],
 ) -> dict[str, Any]:
     tasks = {t["name"]: t for t in admin.tasks()}
     events = _failovers(fed.data_dir(HOLDER))
@@ -217,18 +248,25 @@ def _finish(
     console.print("comparing each fragment's output with a run without failures ...")
     session = spark or build_session(app_name="fedload-crash-reference", master="local[1]")
     recovery: dict[str, dict[str, Any]] = {}
+    references: dict[str, Any] = {}  # P.x and V.x read the same input: one reference run
     try:
         for task, kind in RECOVERY_OF.items():
             record = tasks[task]
             source = tasks[record["inputs"][0]["task"]]
-            comparison = check_rows(session, live[task], record, source["params"])
+            comparison = check_rows(
+                session, live[task], record, source["params"], references=references
+            )
             event = events.get(task, {})
+            took = recovered_wall.get(task)
             recovery[kind] = {
                 "task": task,
                 "from": HOST,
                 "to": record["host"],
                 "recovered": task in recovered,
                 "recovery_seconds": recovered.get(task),
+                "takeover_seconds": (
+                    None if took is None or "began" not in event else took - event["began"]
+                ),
                 "lost": comparison.missing,
                 "duplicated": comparison.unexpected,
                 "rows": comparison.rows,
@@ -240,7 +278,11 @@ def _finish(
                 "boundary_at_kill": before[task]["boundary"],
                 "lost_window_ends": [_seconds(end) for end in comparison.missing_window_ends],
                 "performed_as": event.get("recovery"),
+                # "restart" (from a checkpoint or empty state) or "running_copy" (active).
+                "path": event.get("path"),
                 "replay_from": event.get("replay_from"),
+                # Active: the bucket the copy computed from (it started before the kill).
+                "copy_from": event.get("copy_from"),
                 "movement_timings": event.get("timings"),
                 "output": comparison.as_dict(),
             }
@@ -248,6 +290,7 @@ def _finish(
         if spark is None:
             session.stop()
     gap, rollback, precise = recovery["gap"], recovery["rollback"], recovery["precise"]
+    active = recovery["active"]
     report: dict[str, Any] = {
         "scenario": "crash",
         "processes": processes,
@@ -263,6 +306,8 @@ def _finish(
             "precise_by_standby": precise["performed_as"] == "precise",
             "rollback_nothing_lost": rollback["recovered"] and rollback["lost"] == 0,
             "gap_output_resumes": gap["recovered"] and gap["rows_at_end"] > gap["rows_before_kill"],
+            "active_by_running_copy": active["path"] == "running_copy",
+            "active_output_matches_reference": active["output"]["matches"],
         },
     }
     report["ok"] = all(report["checks"].values())
@@ -270,7 +315,8 @@ def _finish(
     (options.report_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))
     for kind, r in recovery.items():
         console.print(
-            f"{kind:9s} {r['task']}: recovered in {r['recovery_seconds']} s, "
+            f"{kind:9s} {r['task']}: recovered in {r['recovery_seconds']} s "
+            f"({r['takeover_seconds']} s after its takeover began, {r['path']}), "
             f"lost {r['lost']}, duplicated {r['duplicated']} of {r['expected_rows']} rows"
         )
     for check, passed in report["checks"].items():

@@ -9,6 +9,7 @@ shows up as a difference.
 
 from __future__ import annotations
 
+import json
 import tempfile
 from collections import Counter
 from collections.abc import Mapping
@@ -132,9 +133,13 @@ def check_rows(
     live: list[Row],
     task: Mapping[str, Any],
     generator_params: Mapping[str, Any],
+    *,
+    references: dict[str, Any] | None = None,
 ) -> Comparison:
     """``check_fragment`` on output rows read before (the agents may be stopped meanwhile, so
-    the reference runs do not compete with them for the machine)."""
+    the reference runs do not compete with them for the machine). ``references``: a cache the
+    caller keeps across calls, so that tasks running the same fragment over the same input
+    share one reference run (each costs a Spark query over the whole input)."""
     params = task.get("params") or {}
     defaults = catalogue.PARAMETERS[task["fragment"]]
     window = int(params.get("window_seconds", defaults.get("window_seconds", 10)))
@@ -145,5 +150,14 @@ def check_rows(
     epoch = generator_of(generator_params).epoch
     aware = cutoff if cutoff.tzinfo is not None else cutoff.replace(tzinfo=UTC)
     seconds = int((aware - epoch).total_seconds()) + 2 * window + 2
-    reference = reference_rows(spark, task["fragment"], params, generator_params, seconds)
-    return compare(live, reference, cutoff)
+    if references is None:
+        reference = reference_rows(spark, task["fragment"], params, generator_params, seconds)
+        return compare(live, reference, cutoff)
+    key = json.dumps([task["fragment"], params, generator_params], sort_keys=True, default=str)
+    cached = references.get(key)
+    if cached is None or cached[0] < seconds:
+        # A few windows more than asked: the next task's output usually ends a little later.
+        longer = seconds + 4 * window
+        cached = (longer, reference_rows(spark, task["fragment"], params, generator_params, longer))
+        references[key] = cached
+    return compare(live, cached[1], cutoff)

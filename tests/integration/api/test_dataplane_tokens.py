@@ -8,11 +8,16 @@ key and names the serving participant."""
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from app.dataplane.tokens import Grant, load_public_key, verify
+from app.db.base import utcnow
+from app.db.session import unit_of_work
+from app.models import Participant
+from app.participants import failures
 from tests.integration.api.conftest import Api
 from tests.support.snapshot import registry_snapshot
 
@@ -208,12 +213,9 @@ def test_standby_tokens_go_to_the_one_replica_holder_and_runners_keep_positions_
     assert ask(api, "A", **standby)[0] == 403
 
 
-def test_an_active_replicas_own_log_is_served_and_written_by_its_holder_alone(
-    api: Api, db_url: str
-) -> None:
-    """A hosts A.x; C holds its active replica, which keeps its own log A.x.out@C (and the DPC
-    companion A.x.out@C.dpc) on C's endpoint. Whoever reads A.x.out reads it; only C writes it;
-    a name for a participant that holds no replica is unknown."""
+def _active_replica_on_c(api: Api) -> None:
+    """A owns and hosts A.x (fed by A.src); C, A's replica-hosting partner, holds its active
+    replica; B is A's partner without replica hosting."""
     for name in ("A", "B", "C"):
         api.register(name)
     for partner, hosting in (("B", False), ("C", True)):
@@ -233,6 +235,14 @@ def test_an_active_replicas_own_log_is_served_and_written_by_its_holder_alone(
     assert placed.status_code == 201, placed.text
     assert placed.json()[0]["host"] == "C"
 
+
+def test_an_active_replicas_own_log_is_served_and_written_by_its_holder_alone(
+    api: Api, db_url: str
+) -> None:
+    """A hosts A.x; C holds its active replica, which keeps its own log A.x.out@C (and the DPC
+    companion A.x.out@C.dpc) on C's endpoint. Whoever reads A.x.out reads it; only C writes it;
+    a name for a participant that holds no replica is unknown."""
+    _active_replica_on_c(api)
     before = registry_snapshot(db_url)
     for who, body, status in [
         ("A", {"operations": ["append"], "stream": "A.x.out@C"}, 403),  # C's log, C's writes
@@ -261,3 +271,46 @@ def test_an_active_replicas_own_log_is_served_and_written_by_its_holder_alone(
     body = {"operations": ["read", "ack"], "stream": "A.src.out", "consumer": "A.x.active"}
     got, answer = ask(api, "C", **body)
     assert (got, answer.get("serving")) == (200, "A"), answer
+
+
+def test_a_holder_promoted_by_a_failover_still_writes_its_copys_log(api: Api, db_url: str) -> None:
+    """A fails and C's active copy takes A.x over (spark_jobs.runtime.promote): it runs on as
+    the host and still writes A.x.out@C, which it forwards into A.x.out, so C still gets those
+    tokens though it holds no replica any more; nobody else gains a right."""
+    _active_replica_on_c(api)
+    with unit_of_work(db_url) as session:
+        session.query(Participant).filter_by(name="A").one().last_heartbeat_at = (
+            utcnow() - timedelta(hours=1)
+        )
+    with unit_of_work(db_url) as session:
+        failures.sweep(session, checked_until=utcnow(), interval_seconds=60, misses=3)
+    made = api.post("C", "/v1/movements", {"task": "A.x", "to": "C", "reason": "failover"})
+    assert made.status_code == 201, made.text
+    movement = made.json()
+    committed = api.post(
+        "C", f"/v1/movements/{movement['id']}/commit", {"epoch": movement["epoch"]}
+    )
+    assert committed.status_code == 200, committed.text
+    assert api.get("C", "/v1/replicas").json() == []  # promoted: no replica record left
+
+    for who, body in [
+        ("C", {"operations": ["append", "fence"], "stream": "A.x.out@C"}),
+        ("C", {"operations": ["append"], "stream": "A.x.out@C.dpc"}),
+        ("C", {"operations": ["append"], "stream": "A.x.out"}),
+        ("admin", {"operations": ["read"], "stream": "A.x.out@C"}),
+    ]:
+        got, answer = ask(api, who, **body)
+        assert (got, answer.get("serving")) == (200, "C" if "@" in body["stream"] else "A"), (
+            who,
+            body,
+            answer,
+        )
+    before = registry_snapshot(db_url)
+    for who, body, status in [
+        ("B", {"operations": ["read"], "stream": "A.x.out@C"}, 404),  # still no party to A.x
+        ("A", {"operations": ["append"], "stream": "A.x.out@C"}, 403),  # still C's writes
+        ("C", {"operations": ["read"], "stream": "A.x.out@B"}, 404),
+    ]:
+        got, answer = ask(api, who, **body)
+        assert got == status, (who, body, answer)
+    assert registry_snapshot(db_url) == before

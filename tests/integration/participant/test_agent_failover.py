@@ -1,5 +1,6 @@
-"""A real SIGKILL of the agent hosting three fragments; the replica holder's agent takes each over
-by its contract's recovery type (gap, rollback, precise), through the registry's movement path.
+"""A real SIGKILL of the agent hosting four fragments; the replica holder's agent takes each over
+by its contract's recovery type (gap, rollback, precise twice: from a passive standby and from an
+active replica), through the registry's movement path.
 
 One federation of processes for the three types (``spark_jobs.scenarios.crash``, the scenario
 ``fedload demo --scenario crash`` runs): ``fedload serve`` on SQLite, one ``fedload agent`` per
@@ -7,6 +8,9 @@ participant, Spark only in the host S and the holder T. What each type promises 
 against the failure-free reference (the same fragment over the same seeded input):
 
 - precise: restored from the passive standby S shipped to T; output equals the reference;
+- active (precise): T's running DPC copy becomes the host without a restart (the takeover's
+  path is ``running_copy``: nothing restored, no query started) and its output continues the
+  task's log; output equals the reference;
 - rollback: empty state, replayed from the producer's log T kept (upstream backup): nothing lost;
 - gap: empty state from the producer's newest input: output resumes, and every lost row lies
   between the output's boundary at the kill and where T resumed (the loss is bounded, and
@@ -22,7 +26,7 @@ from rich.console import Console
 
 from spark_jobs.scenarios.crash import CrashOptions, run_crash
 
-# Five agents, two of them with Spark, and three reference runs: minutes on a loaded machine.
+# Six agents, two of them with Spark, and three reference runs: minutes on a loaded machine.
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
@@ -41,8 +45,8 @@ def test_a_sigkilled_host_fails_over_by_each_contracts_recovery_type(tmp_path, s
     assert "failed_over_before_kill" not in report, report
     recovery = report["recovery"]
     print(json.dumps({"detection_seconds": report["detection_seconds"], **recovery}, default=str))
-    assert set(recovery) == {"gap", "rollback", "precise"}
-    assert {"G", "R", "P", "S", "T"} <= set(report["processes"])
+    assert set(recovery) == {"gap", "rollback", "precise", "active"}
+    assert {"G", "R", "P", "V", "S", "T"} <= set(report["processes"])
     assert len(set(report["processes"].values())) == len(report["processes"])
     assert report["checks"]["host_detected_failed"], report
     for kind, entry in recovery.items():
@@ -53,6 +57,16 @@ def test_a_sigkilled_host_fails_over_by_each_contracts_recovery_type(tmp_path, s
     assert precise["performed_as"] == "precise", precise
     assert (precise["lost"], precise["duplicated"]) == (0, 0), precise["output"]
     assert precise["output"]["matches"]
+
+    assert precise["path"] == "restart", precise
+
+    active = recovery["active"]
+    assert (active["performed_as"], active["path"]) == ("precise", "running_copy"), active
+    # The output after the kill is the copy's, which had run since before it.
+    assert active["copy_from"] is not None, active
+    assert active["copy_from"] < active["boundary_at_kill"], active
+    assert (active["lost"], active["duplicated"]) == (0, 0), active["output"]
+    assert active["output"]["matches"]
 
     rollback = recovery["rollback"]
     assert rollback["performed_as"] == "rollback", rollback

@@ -43,6 +43,21 @@ def test_the_holder_fails_over_what_the_registry_sees_failed_by_each_contract() 
     assert plans[1].max_delay_seconds == 3
 
 
+def test_takeovers_by_a_running_copy_come_before_restarts() -> None:
+    tasks = [
+        *TASKS,
+        {"name": "A.x", "owner": "P", "host": "S"},
+        {"name": "Z.x", "owner": "P", "host": "S"},
+    ]
+    replicas = [
+        *REPLICAS,
+        {"task": "Z.x", "host": "T", "technique": "active_standby", "contract_id": 2},
+        {"task": "A.x", "host": "T", "technique": "passive_standby", "contract_id": 2},
+    ]
+    plans = plan_failovers("T", tasks, replicas, CONTRACTS, {"S": "failed"})
+    assert [f.task for f in plans] == ["Z.x", "A.x", "G.x", "P.x"]
+
+
 @pytest.mark.parametrize("seen", ["online", "suspect", "unknown", None])
 def test_no_failover_before_the_registry_says_failed(seen: str | None) -> None:
     liveness = {} if seen is None else {"S": seen, "U": seen}
