@@ -318,14 +318,9 @@ class AgentFailover:
         holds = holds_standby(self.host.server, failover.task)
         recovery = effective(failover.recovery, holds_checkpoint=holds)
         start = self._replay_point(recovery, spec, _span(record))
-        try:
-            made = self.host.client.request_movement(failover.task, self.host.name, "failover")
-        except ApiError as error:
-            if error.status == 409:
-                log.info("failover of %s not (yet) accepted: %s", failover.task, error.detail)
-                return
-            raise
-        movement = MovementRecord.from_read(made)
+        movement = self._request_failover(failover.task)
+        if movement is None:
+            return
         runtime = self.host.runtime
         if recovery == "precise":
             source: AlreadyShipped | NoCheckpoint = AlreadyShipped(
@@ -420,15 +415,22 @@ class AgentFailover:
         )
         return False
 
-    def _take_over_running(self, failover: Failover, spec: FragmentSpec, began_wall: float) -> None:
+    def _request_failover(self, task: str) -> MovementRecord | None:
+        """The registry's failover movement of ``task`` to this host; None while the registry
+        does not accept it yet (409: the host not yet failed, say)."""
         try:
-            made = self.host.client.request_movement(failover.task, self.host.name, "failover")
+            made = self.host.client.request_movement(task, self.host.name, "failover")
         except ApiError as error:
             if error.status == 409:
-                log.info("failover of %s not (yet) accepted: %s", failover.task, error.detail)
-                return
+                log.info("failover of %s not (yet) accepted: %s", task, error.detail)
+                return None
             raise
-        movement = MovementRecord.from_read(made)
+        return MovementRecord.from_read(made)
+
+    def _take_over_running(self, failover: Failover, spec: FragmentSpec, began_wall: float) -> None:
+        movement = self._request_failover(failover.task)
+        if movement is None:
+            return
         task = failover.task
         taken: dict[str, Any] = {}
 
