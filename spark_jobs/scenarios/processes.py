@@ -72,6 +72,8 @@ class Managed:
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
     _log: IO[bytes] | None = None
+    # The pid ask_to_stop sent SIGTERM to (a restart makes a new process).
+    _asked: int | None = None
 
     def start(self) -> Managed:
         self._log = self.log_path.open("ab")
@@ -100,13 +102,17 @@ class Managed:
         """SIGTERM without waiting: the process stops cleanly in its own time."""
         if self.process is not None and self.alive():
             self.process.send_signal(signal.SIGTERM)
+            self._asked = self.process.pid
 
     def terminate(self, timeout: float = 30.0) -> int | None:
-        """SIGTERM, then wait for a clean exit (SIGKILL after ``timeout``)."""
+        """SIGTERM (unless ``ask_to_stop`` sent it already: agents sent a second one while they
+        stopped cleanly exited by the signal, -15, in a CI run), then wait for a clean exit
+        (SIGKILL after ``timeout``)."""
         if self.process is None:
             return None
         if self.alive():
-            self.process.send_signal(signal.SIGTERM)
+            if self._asked != self.process.pid:
+                self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
