@@ -42,14 +42,18 @@ def wait_for(
 
 @contextmanager
 def federation(
-    work: Path, database_url: str | None = None, *, agent_args: tuple[str, ...] = ()
+    work: Path,
+    database_url: str | None = None,
+    *,
+    agent_args: tuple[str, ...] = (),
+    lease_seconds: float = LEASE_SECONDS,
 ) -> Iterator[ProcessFederation]:
     """``agent_args``: more ``fedload agent`` flags for every agent (``--tls-cert ...``)."""
     fed = ProcessFederation(
         load_federation(FEDERATION),
         work,
         database_url=database_url,
-        lease_seconds=LEASE_SECONDS,
+        lease_seconds=lease_seconds,
         agent_settings=AgentSettings(
             offer_interval=2.0, spark_eager=True, hysteresis=0.005, extra_args=agent_args
         ),

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import pytest
 
-from app.federation.document import load_federation
 from spark_jobs.runtime.dataplane import registry_tokens
 from spark_jobs.runtime.warm import WARM_BUDGET_ENV
-from spark_jobs.scenarios.processes import AgentSettings, ProcessFederation
 from spark_jobs.scenarios.reference import check_fragment
 from tests.integration.participant.agents import (
-    FEDERATION,
     GENERATOR,
+    federation,
     grows,
     host_of,
     output_rows,
@@ -36,14 +34,7 @@ WARM_BUDGET_S = 20.0
 
 
 def test_a_move_switches_to_a_warm_copy_and_the_output_equals_a_run_without_it(tmp_path, spark):
-    fed = ProcessFederation(
-        load_federation(FEDERATION),
-        tmp_path / "federation",
-        lease_seconds=WARM_BUDGET_S + 40,
-        agent_settings=AgentSettings(offer_interval=2.0, spark_eager=True, hysteresis=0.005),
-    )
-    try:
-        fed.start()
+    with federation(tmp_path / "federation", lease_seconds=WARM_BUDGET_S + 40) as fed:
         for name in ("O", "S", "T"):
             fed.start_agent(name, env={WARM_BUDGET_ENV: str(WARM_BUDGET_S)})
         admin = fed.admin()
@@ -71,9 +62,3 @@ def test_a_move_switches_to_a_warm_copy_and_the_output_equals_a_run_without_it(t
         )
         assert comparison.matches, comparison.as_dict()
         assert comparison.rows > 100
-    except BaseException:
-        for name, agent in fed.agents.items():
-            print(f"--- {name}'s agent log ---\n{agent.tail(40)}")
-        raise
-    finally:
-        fed.close()
