@@ -256,6 +256,7 @@ EXAMPLES: dict[str, Example] = {
         "replica": False,
         "prepared_at": _AT,
         "finished_at": _LATER,
+        "lease_seconds_left": None,
     },
     "MovementReason": "load",
     "MovementStatus": "committed",

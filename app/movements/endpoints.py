@@ -8,7 +8,7 @@ from fastapi import Depends, Request, Response, status
 
 from app.api_route import api_router
 from app.api_types import PathId
-from app.auth.dependencies import CurrentPrincipal, SessionDep
+from app.auth.dependencies import CurrentPrincipal, SessionDep, SettingsDep
 from app.movements import repository, service
 from app.movements.schemas import MovementCommit, MovementCreate, MovementRead
 from app.pagination import PageRequest, page_request, paginate
@@ -23,7 +23,9 @@ MovementsPage = Annotated[PageRequest, Depends(page_request("movements", int))]
     response_model_by_alias=True,
     status_code=status.HTTP_201_CREATED,
 )
-def request(body: MovementCreate, me: CurrentPrincipal, session: SessionDep) -> MovementRead:
+def request(
+    body: MovementCreate, me: CurrentPrincipal, session: SessionDep, settings: SettingsDep
+) -> MovementRead:
     """Prepare a relocation outside the market: failover, replica switch or reconciliation.
 
     The target is the task's owner or a partner under an active contract with the owner (403
@@ -31,7 +33,7 @@ def request(body: MovementCreate, me: CurrentPrincipal, session: SessionDep) -> 
     standby that takes it over (403 otherwise), only while the registry sees the current host
     failed (409 otherwise); a reconciliation by the owner. A task you cannot see is 404."""
     movement = service.request(session, me, body.task, body.to, body.reason)
-    return service.to_read(session, [movement])[0]
+    return service.to_read(session, [movement], lease_seconds=settings.movement_lease_seconds)[0]
 
 
 @router.get("", response_model=list[MovementRead], response_model_by_alias=True)
@@ -41,6 +43,7 @@ def list_movements(
     page: MovementsPage,
     request: Request,
     response: Response,
+    settings: SettingsDep,
 ) -> list[MovementRead]:
     """Movements from or to you, newest first (every movement for an admin); a page of
     ``limit``, the next (older) one at the ``Link: rel="next"`` header's address."""
@@ -48,13 +51,16 @@ def list_movements(
         session, me.participant_id, limit=page.fetch, before_id=page.after_value
     )
     shown = paginate(found, page, request, response, key=lambda m: (m.id,))
-    return service.to_read(session, shown)
+    return service.to_read(session, shown, lease_seconds=settings.movement_lease_seconds)
 
 
 @router.get("/{movement_id}", response_model=MovementRead, response_model_by_alias=True)
-def read_movement(movement_id: PathId, me: CurrentPrincipal, session: SessionDep) -> MovementRead:
+def read_movement(
+    movement_id: PathId, me: CurrentPrincipal, session: SessionDep, settings: SettingsDep
+) -> MovementRead:
     """One movement: for its source, its target and admins (404 for anyone else)."""
-    return service.to_read(session, [service.get_visible(session, me, movement_id)])[0]
+    found = service.get_visible(session, me, movement_id)
+    return service.to_read(session, [found], lease_seconds=settings.movement_lease_seconds)[0]
 
 
 @router.post("/{movement_id}/commit", response_model=MovementRead, response_model_by_alias=True)

@@ -39,6 +39,12 @@ class MovementRead(BaseModel):
     replica: bool = False
     prepared_at: datetime
     finished_at: datetime | None
+    lease_seconds_left: float | None = Field(
+        default=None,
+        description="A prepared movement's time left, in seconds, before the registry aborts it "
+        "unless it is committed (its lease); null once committed or aborted. Seconds, not a "
+        "time, so that a mover on another host needs no clock agreement to plan within it.",
+    )
 
     model_config = ConfigDict(populate_by_name=True)
 

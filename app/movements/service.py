@@ -464,7 +464,12 @@ def owner_contract(session: Session, task: Task, target: Participant) -> Contrac
     return contract
 
 
-def to_read(session: Session, movements: list[Movement]) -> list[MovementRead]:
+def to_read(
+    session: Session, movements: list[Movement], *, lease_seconds: float | None = None
+) -> list[MovementRead]:
+    """``lease_seconds``: the registry's movement lease, to tell movers how long a prepared
+    movement has left (``lease_seconds_left``; None: not said)."""
+    now = utcnow()
     names = participants.names_by_id(
         session, [m.from_id for m in movements] + [m.to_id for m in movements]
     )
@@ -488,6 +493,14 @@ def to_read(session: Session, movements: list[Movement]) -> list[MovementRead]:
             replica=m.replica,
             prepared_at=m.prepared_at,
             finished_at=m.finished_at,
+            lease_seconds_left=_lease_left(m, lease_seconds, now),
         )
         for m in movements
     ]
+
+
+def _lease_left(movement: Movement, lease_seconds: float | None, now: datetime) -> float | None:
+    if lease_seconds is None or movement.status is not MovementStatus.prepared:
+        return None
+    held = (now - movement.prepared_at).total_seconds()
+    return round(max(0.0, lease_seconds - held), 3)

@@ -82,6 +82,9 @@ class MovementRecord:
     status: str
     price: float | None = None
     replica: bool = False
+    # Seconds left, when read, before the registry aborts the prepared movement (None: not
+    # said); a mover plans what it may spend before committing from this.
+    lease_seconds_left: float | None = None
 
     @classmethod
     def from_read(cls, row: Mapping[str, Any]) -> MovementRecord:
@@ -95,6 +98,9 @@ class MovementRecord:
             status=str(row["status"]),
             price=None if row.get("price") is None else float(row["price"]),
             replica=bool(row.get("replica", False)),
+            lease_seconds_left=(
+                None if row.get("lease_seconds_left") is None else float(row["lease_seconds_left"])
+            ),
         )
 
 

@@ -812,8 +812,8 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=SUGGESTED_WARM_BUDGET_S,
         help="seconds the agents give a warm copy to catch up (FEDLOAD_WARM_BUDGET_S, "
-        "default %(default)s; the agents' own default is 0, stop-and-copy); the registry's "
-        "movement lease here is 60 s",
+        "default %(default)s; the agents' own default is 0, stop-and-copy); always within the "
+        "movement's lease (60 s here)",
     )
     args = parser.parse_args(argv)
     console = Console()

@@ -73,6 +73,7 @@ from spark_jobs.runtime.registry_coordinator import PreparedMovementCoordinator,
 from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient, StreamServer, publish
 from spark_jobs.runtime.warm import (
     WarmSource,
+    lease_deadline,
     release_after_first_write,
     warm_budget,
     warm_relocate,
@@ -97,6 +98,9 @@ FIRST_BATCHES = "first_batches.jsonl"
 # Crash tests pause an agent at a step of a move (FEDLOAD_FAULT_PAUSE=committed, say) and kill it
 # there; nothing else sets this.
 FAULT_PAUSE_ENV = "FEDLOAD_FAULT_PAUSE"
+# A warm copy given less than this to catch up (the movement's lease nearly gone) would only
+# delay the stop-and-copy move it falls back to.
+MIN_WARM_WINDOW_S = 3.0
 
 
 class PausePoints:
@@ -315,12 +319,14 @@ class SparkParticipantHost:
         with self._lock:
             self._receiving.add(record.name)
         began = time.perf_counter()
+        warm_until = lease_deadline(time.monotonic(), movement.lease_seconds_left)
         coordinator = PreparedMovementCoordinator(self._client, movement)
         remote = RemoteHost(movement.source, source)
         moved: Relocation
         fallback: str | None = None
         try:
-            if self._warm_budget > 0:
+            window = warm_until - time.monotonic()
+            if self._warm_budget > 0 and window >= MIN_WARM_WINDOW_S:
                 moved = warm_relocate(
                     spec,
                     remote,
@@ -328,6 +334,7 @@ class SparkParticipantHost:
                     coordinator=coordinator,
                     follow_path=self._follow_path(record.name),
                     budget_s=self._warm_budget,
+                    deadline=warm_until,
                     reason=movement.reason,
                     on_step=self._pause,
                 )
@@ -335,6 +342,11 @@ class SparkParticipantHost:
                 if warm:
                     moved.timings["lag_batches"] = float(moved.lag_batches)
             else:
+                if self._warm_budget > 0:
+                    fallback = (
+                        f"{movement.lease_seconds_left} s left in the movement's lease: "
+                        "no time for a warm copy"
+                    )
                 self._follow_path(record.name).unlink(missing_ok=True)
                 moved = relocate(
                     spec, remote, self.runtime, coordinator=coordinator, on_step=self._pause

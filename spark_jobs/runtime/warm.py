@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import threading
@@ -72,14 +73,21 @@ from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient
 
 log = logging.getLogger(__name__)
 
-# Seconds a warm copy may take to catch up before the move falls back to stop-and-copy; the
-# registry's movement lease must leave room for the fallback after it (20 s in the crash tests,
-# 60 s by default). 0 turns the warm hand-off off, and is the default until the hand-off has
-# been measured to beat a restart: on the loaded machine it was built on (load 40-70 on 2
-# cores) the copy never caught up (bench/agents/README.md). 8 s is the value to try.
+# Seconds a warm copy may take to catch up before the move falls back to stop-and-copy. The
+# copy costs no downtime while it catches up (the source runs on, paced), so the suggested budget
+# is generous; it is always bounded by the prepared movement's lease, less
+# ``LEASE_RESERVE_FRACTION`` of it for the release, the shipping, the commit and a fallback
+# (``lease_deadline``): a budget longer than the lease used to end in aborted movements. 0, the
+# default, turns the warm hand-off off: it beat a restart on a quiet 2-core machine (gap ratio
+# 0.83), but on a loaded one the copy's cold first batch, competing with the source, took longer
+# than any lease allows and every move fell back (bench/agents/README.md).
 WARM_BUDGET_ENV = "FEDLOAD_WARM_BUDGET_S"
 DEFAULT_WARM_BUDGET_S = 0.0
-SUGGESTED_WARM_BUDGET_S = 8.0
+SUGGESTED_WARM_BUDGET_S = 30.0
+# Part of the movement's lease kept, after the copy's catch-up, for the release, the shipping,
+# the commit and a stop-and-copy fallback (at least ``LEASE_RESERVE_MIN_S``).
+LEASE_RESERVE_FRACTION = 0.3
+LEASE_RESERVE_MIN_S = 5.0
 # How often the target reads the source's offset log while the copy follows.
 FOLLOW_POLL_S = 0.1
 # The copy's trigger interval. At the fragment's own (0.5 s) it could never catch up: the
@@ -123,6 +131,16 @@ def warm_budget() -> float:
     if value < 0:
         raise ValueError(f"{WARM_BUDGET_ENV} must be >= 0 seconds, got {raw!r}")
     return value
+
+
+def lease_deadline(read_at: float, lease_seconds_left: float | None) -> float:
+    """The monotonic time by which a warm copy must have caught up so that the release, the
+    shipping, the commit or a fallback still fit in the prepared movement's lease
+    (``lease_seconds_left`` when the movement was read at ``read_at``; None: not said, no bound)."""
+    if lease_seconds_left is None:
+        return math.inf
+    reserve = max(LEASE_RESERVE_MIN_S, LEASE_RESERVE_FRACTION * lease_seconds_left)
+    return read_at + lease_seconds_left - reserve
 
 
 def jumps_enabled() -> bool:
@@ -447,11 +465,11 @@ class WarmCopy:
         _, committed = batch_log(log_tree(self.runtime.checkpoint_dir(self.name)))
         return max(committed, default=-1)
 
-    def catch_up(self, deadline: float, budget_s: float) -> int:
+    def catch_up(self, deadline: float) -> int:
         """Follow the source until the copy has committed the source's last committed batch (or,
         after half the budget, is at most ``MAX_LAG_BATCHES`` behind, or at the end of the budget
         runs warm at most ``MAX_LAG_AT_DEADLINE`` behind); the batches behind."""
-        patient_until = deadline - budget_s / 2
+        patient_until = time.monotonic() + max(0.0, deadline - time.monotonic()) / 2
         while True:
             self._check_running()
             with StreamClient(self.source.location, timeout=5.0) as client:
@@ -574,6 +592,7 @@ def warm_relocate(
     coordinator: MovementCoordinator,
     follow_path: Path,
     budget_s: float = SUGGESTED_WARM_BUDGET_S,
+    deadline: float | None = None,
     reason: str = "load",
     on_step: Callable[[str], None] | None = None,
 ) -> WarmRelocation:
@@ -581,6 +600,8 @@ def warm_relocate(
 
     Steps for ``on_step``: "prepared", "warming", "warmed", "released", "restored" (the final
     checkpoint checked: same point as a stop-and-copy move's), "committed", "resumed" (switched).
+    The copy catches up for at most ``budget_s`` once started, and not past ``deadline``
+    (monotonic; ``lease_deadline``: within the movement's lease).
     A fallback runs ``relocate``, whose steps follow."""
     began = time.perf_counter()
     move = coordinator.prepare(fragment.name, source.host, target.name, reason)
@@ -609,7 +630,8 @@ def warm_relocate(
     try:
         copy.start()
         mark("warming")
-        relocation.lag_batches = copy.catch_up(time.monotonic() + budget_s, budget_s)
+        until = min(time.monotonic() + budget_s, math.inf if deadline is None else deadline)
+        relocation.lag_batches = copy.catch_up(until)
         mark("warmed")
     except Exception as error:
         copy.cancel()

@@ -39,13 +39,35 @@ def prepared_move(api: Api, task: str = "A.q1") -> tuple[dict[str, Any], int]:
     return contract, int(accepted.json()["movement_ids"][0])
 
 
+def without_lease(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if k != "lease_seconds_left"}
+
+
+def test_a_prepared_movement_tells_its_lease_time_left_and_a_finished_one_does_not(
+    abc: Api,
+) -> None:
+    _, mid = prepared_move(abc)
+    lease = Settings().movement_lease_seconds
+    first = abc.get("B", f"/v1/movements/{mid}").json()["lease_seconds_left"]
+    assert 0 < first <= lease
+    time.sleep(0.3)
+    later = abc.get("B", f"/v1/movements/{mid}").json()["lease_seconds_left"]
+    assert later <= first - 0.25
+    epoch = abc.get("B", f"/v1/movements/{mid}").json()["epoch"]
+    committed = abc.post("B", f"/v1/movements/{mid}/commit", {"epoch": epoch})
+    assert committed.status_code == 200, committed.text
+    assert committed.json()["lease_seconds_left"] is None
+    assert abc.get("A", f"/v1/movements/{mid}").json()["lease_seconds_left"] is None
+
+
 def test_a_movement_is_read_by_its_parties_and_admins_only(abc: Api) -> None:
     _, mid = prepared_move(abc)
     listed = next(m for m in abc.get("A", "/v1/movements").json() if m["id"] == mid)
     for who in ("A", "B", "admin"):
         r = abc.get(who, f"/v1/movements/{mid}")
         assert r.status_code == 200, (who, r.text)
-        assert r.json() == listed
+        # The lease's time left is computed at each read; everything else is the same record.
+        assert without_lease(r.json()) == without_lease(listed)
     assert (listed["task"], listed["from"], listed["to"], listed["status"], listed["epoch"]) == (
         "A.q1",
         "A",

@@ -4,9 +4,9 @@ Whatever dies when, the registry names exactly one host, no other agent runs the
 the fragment's output equals a run without failures: nothing lost, nothing written twice. A
 target paused at a phase (FEDLOAD_FAULT_PAUSE) is killed there, or the source is killed while
 the target waits there; a movement whose target died before committing is aborted by the
-registry when its lease expires, and the source runs the fragment again. The warm hand-off
-(spark_jobs.runtime.warm) is opt-in and off here: its "warmed" phase is not killed in these
-tests until the hand-off has been seen to switch warm on a quiet machine.
+registry when its lease expires, and the source runs the fragment again. These agents move by
+stop-and-copy (the default); the warm hand-off (spark_jobs.runtime.warm) has the steps named here
+too, and a taker killed after its copy jumped is test_warm_crashes.py's.
 """
 
 from __future__ import annotations

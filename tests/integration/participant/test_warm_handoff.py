@@ -2,8 +2,8 @@
 (jumping over the batches its cold start left it behind), the consumers switch to it, and the
 fragment's output equals a run without the move, every batch once.
 
-The agents run with ``FEDLOAD_WARM_BUDGET_S`` (the hand-off is opt-in) and a movement lease long
-enough for a fallback after the budget. The first move, S -> T, is T's first query of the
+The agents run with a ``FEDLOAD_WARM_BUDGET_S`` of their own and a movement lease long enough for
+a fallback after the budget. The first move, S -> T, is T's first query of the
 fragment (a JVM's first query takes 20-30 s to its first batch, longer than any budget; it may
 fall back); the second, T -> S, goes to a JVM that has run it and must switch warm, not fall back
 to stop-and-copy: the jump is what lets a copy catch up on two shared cores
