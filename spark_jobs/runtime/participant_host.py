@@ -105,20 +105,26 @@ MIN_WARM_WINDOW_S = 3.0
 
 class PausePoints:
     """Fault injection for the crash tests: at a named step, write ``paused-<step>`` in the data
-    directory and wait until ``resume-<step>`` appears there (or forever: the test kills us)."""
+    directory and wait until ``resume-<step>`` appears there (or forever: the test kills us).
+    A step pauses once when named in ``steps`` (FEDLOAD_FAULT_PAUSE), or, in an agent started
+    with FEDLOAD_FAULT_PAUSE set at all (``armed``, say), each time a test armed it by writing
+    ``pause-<step>`` in the data directory (a step of a later move)."""
 
     def __init__(self, directory: Path, steps: str | None) -> None:
         self._directory = directory
         self._steps = {s.strip() for s in (steps or "").split(",") if s.strip()}
+        self._armable = steps is not None
 
     def __call__(self, step: str) -> None:
-        if step not in self._steps:
+        armed = self._directory / f"pause-{step}"
+        if step not in self._steps and not (self._armable and armed.exists()):
             return
         (self._directory / f"paused-{step}").write_text(str(time.time()))
         resume = self._directory / f"resume-{step}"
         while not resume.exists():
             time.sleep(0.05)
         self._steps.discard(step)
+        armed.unlink(missing_ok=True)
 
 
 @dataclass

@@ -308,8 +308,12 @@ class WarmSink(SOutput):
         return not self._writing
 
     def source_at(self, committed: int) -> None:
+        """``committed``: the copy's batch that stands for the source's last committed one, by
+        the copy's current jumps. Set, not raised to the highest seen: a jump maps the same
+        source batch to a lower copy batch, and the higher one seen before it would let the
+        copy drop output of batches the source never ran (its own, after the release)."""
         with self._changed:
-            self.source_committed = max(self.source_committed, committed)
+            self.source_committed = committed
             self._changed.notify_all()
 
     def switch(self) -> None:
@@ -416,21 +420,27 @@ class WarmCopy:
                 return min(source_batch - shift, end)
         return source_batch
 
-    def _offer(self, ends: Mapping[int, int], *, final: bool = False) -> None:
+    def _offer(self, ends: Mapping[int, int], committed: int, *, final: bool = False) -> None:
         """Offer the copy the source's logged batches (``ends``: source batch id -> end), at most
         the one after the batch it has planned (all of them once ``final``), so that it never
         holds a queue of small steps it cannot take back; when the next one to offer is
-        ``JUMP_MIN_BEHIND`` or more behind the source's last, offer instead all but the last as
-        one batch of its own (a jump), and the last after it."""
+        ``JUMP_MIN_BEHIND`` or more behind the source's last committed batch (``committed``),
+        offer instead all but that one as one batch of its own (a jump), and that one after it.
+
+        A jump ends at a committed batch, never at one only logged: the copy's batch standing
+        for it emits the windows of every batch the jump covered, and only a batch the source
+        has written (its sink writes before Spark commits) makes the output log drop them as
+        written. A source released right after logging its next batch never writes that one."""
         logged, _ = batch_log(log_tree(self.runtime.checkpoint_dir(self.name)))
         planned = max([*logged, self.snapshot_batch])
         following = max([planned, *self.entries]) + 1
         upto = 2**62 if final else planned + 1
-        last = max(ends, default=-1)
+        last = min(max(ends, default=-1), committed)
         if (
             self.jumps
             and following <= upto
             and last - self.source_id(following) >= JUMP_MIN_BEHIND
+            and last in ends
             and last - 1 in ends
         ):
             log.info(
@@ -480,7 +490,8 @@ class WarmCopy:
                     movement=self.move.movement_id,
                     copy_at=self.source_id(self.committed()),
                 )
-            self._offer({int(batch): int(end) for batch, end in answer["ends"].items()})
+            ends = {int(batch): int(end) for batch, end in answer["ends"].items()}
+            self._offer(ends, int(answer["committed"]))
             assert self.sink is not None
             self.sink.source_at(self.copy_id(int(answer["committed"])))
             mine = self.committed()
@@ -517,8 +528,10 @@ class WarmCopy:
         except WarmupFailed as error:
             raise Diverged(str(error)) from error
         assert self.sink is not None
-        self.sink.source_at(self.copy_id(max(committed, default=-1)))
-        self._offer(ends, final=True)
+        last_committed = max(committed, default=-1)
+        self._offer(ends, last_committed, final=True)
+        # After the offer: a jump in it maps the source's batches to other copy batches.
+        self.sink.source_at(self.copy_id(last_committed))
         mirror = self.mirror()
         if mirror is not None:
             checkpoint = self.runtime.checkpoint_dir(self.name)

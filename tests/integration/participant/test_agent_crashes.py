@@ -6,7 +6,7 @@ target paused at a phase (FEDLOAD_FAULT_PAUSE) is killed there, or the source is
 the target waits there; a movement whose target died before committing is aborted by the
 registry when its lease expires, and the source runs the fragment again. These agents move by
 stop-and-copy (the default); the warm hand-off (spark_jobs.runtime.warm) has the steps named here
-too, and a taker killed after its copy jumped is test_warm_crashes.py's.
+too, and a taker killed after its copy jumped is test_warm_handoff.py's.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import pytest
 
 from spark_jobs.runtime import follow
 from spark_jobs.runtime.soutput import Mirror, SOutput, read_mirror, write_mirror
-from spark_jobs.runtime.warm import JUMP_MIN_BEHIND, WarmCopy
+from spark_jobs.runtime.warm import JUMP_MIN_BEHIND, WarmCopy, WarmSink
 
 SNAPSHOT = 10
 # The source's offset log: batch id -> end bucket, one bucket a batch; 17 is a no-data batch.
@@ -67,11 +67,11 @@ def _source(upto: int) -> dict[int, int]:
 
 def test_a_copy_close_behind_is_offered_the_source_s_next_batch_only(copy):
     warm, checkpoints = copy
-    warm._offer(_source(SNAPSHOT + JUMP_MIN_BEHIND - 1))
+    warm._offer(_source(SNAPSHOT + JUMP_MIN_BEHIND - 1), SNAPSHOT + JUMP_MIN_BEHIND - 1)
     assert _offered(warm) == {11: SOURCE[11]}
     # Once it has planned 11, the next one, and no further (it could not be taken back).
     checkpoints.log("O.x", 11, SOURCE[11], committed=False)
-    warm._offer(_source(SNAPSHOT + JUMP_MIN_BEHIND - 1))
+    warm._offer(_source(SNAPSHOT + JUMP_MIN_BEHIND - 1), SNAPSHOT + JUMP_MIN_BEHIND - 1)
     assert _offered(warm) == {11: SOURCE[11], 12: SOURCE[12]}
     assert warm.segments == []
     assert warm.mirror() is None
@@ -79,7 +79,7 @@ def test_a_copy_close_behind_is_offered_the_source_s_next_batch_only(copy):
 
 def test_a_copy_far_behind_jumps_to_the_source_s_second_to_last_batch(copy):
     warm, _ = copy
-    warm._offer(_source(15))
+    warm._offer(_source(15), 15)
     # Its batch 11 runs the source's 11..14 at once, its 12 is the source's 15.
     assert _offered(warm) == {11: SOURCE[14], 12: SOURCE[15]}
     assert [warm.source_id(b) for b in (10, 11, 12, 13)] == [10, 14, 15, 16]
@@ -87,19 +87,52 @@ def test_a_copy_far_behind_jumps_to_the_source_s_second_to_last_batch(copy):
     assert [warm.copy_id(s) for s in (10, 11, 13, 14, 15, 16)] == [10, 10, 10, 11, 12, 13]
 
 
+def test_a_jump_ends_at_the_source_s_last_committed_batch_not_one_only_logged(copy):
+    warm, _ = copy
+    # The source logged 15 but has committed (so written) only up to 14: a source released now
+    # never writes 15, and a copy batch standing for 15 after a jump would write the windows
+    # of every batch the jump covered under an id the output log has not seen.
+    warm._offer(_source(15), 14)
+    assert _offered(warm) == {11: SOURCE[13], 12: SOURCE[14]}
+    assert warm.segments == [(11, 2)]
+    # At the release, the rest follows batch by batch (the copy's state is the source's again).
+    warm._offer(_source(15), 14, final=True)
+    assert _offered(warm) == {11: SOURCE[13], 12: SOURCE[14], 13: SOURCE[15]}
+    mirror = warm.mirror()
+    assert mirror is not None and mirror.upto == 13 and mirror.source_id(13) == 15
+
+
+def test_the_copy_s_sink_forgets_a_higher_mapping_a_jump_replaced(copy):
+    warm, checkpoints = copy
+    warm.sink = WarmSink("grpc://unused", "O.x.out", 3)
+    ends = {batch: 100 + batch for batch in range(30)}
+    below = {batch: end for batch, end in ends.items() if batch <= 16}
+    warm._offer(below, 16)  # copy 11 = the source's 15, copy 12 = 16
+    assert warm.segments == [(11, 4)]
+    for batch in (11, 12, 13):
+        checkpoints.log("O.x", batch, ends[warm.source_id(batch)])
+    warm.sink.source_at(warm.copy_id(22))  # the source committed 22: the copy's 18
+    assert warm.sink.source_committed == 18
+    warm._offer(ends, 22)  # copy 14 = the source's 18 is behind by 4: copy 14 = 21, 15 = 22
+    assert warm.segments == [(11, 4), (14, 7)]
+    warm.sink.source_at(warm.copy_id(22))
+    # Not 18 (the most seen): the copy's 16..18 are batches the source never ran, its own.
+    assert warm.sink.source_committed == 15
+
+
 def test_a_copy_left_behind_by_its_cold_first_batch_jumps_next(copy):
     warm, checkpoints = copy
-    warm._offer(_source(11))
+    warm._offer(_source(11), 11)
     assert _offered(warm) == {11: SOURCE[11]}
     # The copy plans 11 (its first, cold batch) while the source runs ahead to 17.
     checkpoints.log("O.x", 11, SOURCE[11], committed=False)
-    warm._offer(_source(17))
+    warm._offer(_source(17), 17)
     assert _offered(warm) == {11: SOURCE[11], 12: SOURCE[16], 13: SOURCE[17]}
     assert warm.segments == [(12, 4)]
     # Then batch by batch, the source's no-data batch 17 included (same end as 16).
     checkpoints.log("O.x", 12, SOURCE[16])
     checkpoints.log("O.x", 13, SOURCE[17], committed=False)
-    warm._offer(_source(18))
+    warm._offer(_source(18), 18)
     assert _offered(warm)[14] == SOURCE[18]
     mirror = warm.mirror()
     assert mirror is not None and mirror.upto == 14 and mirror.source_id(14) == 18
@@ -108,16 +141,16 @@ def test_a_copy_left_behind_by_its_cold_first_batch_jumps_next(copy):
 
 def test_after_the_release_the_copy_is_offered_everything(copy):
     warm, checkpoints = copy
-    warm._offer(_source(11))
+    warm._offer(_source(11), 11)
     checkpoints.log("O.x", 11, SOURCE[11], committed=False)
-    warm._offer(_source(13), final=True)
+    warm._offer(_source(13), 13, final=True)
     assert _offered(warm) == {b: SOURCE[b] for b in range(11, 14)}
     assert warm.mirror() is None
 
 
 def test_the_follow_file_answers_the_jump_by_the_copy_s_own_batch_ids(copy):
     warm, checkpoints = copy
-    warm._offer(_source(15))
+    warm._offer(_source(15), 15)
     path = str(warm.follow_path)
     assert follow.planned_end(path, SOURCE[SNAPSHOT], wait_s=0) == SOURCE[14]
     checkpoints.log("O.x", 11, SOURCE[14])
