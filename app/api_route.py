@@ -7,6 +7,14 @@ validating a model the service built itself (``bench/api/README.md``). ``Threade
 such an endpoint in a coroutine that runs it on a thread: FastAPI then treats it as async and
 checks the returned model on the event loop, where it is already.
 
+The request's session (``app.auth.dependencies.get_session``) is committed on that same
+thread, right after the endpoint returns, or rolled back there if it raised: the commit is a
+round trip, and doing it in the session dependency's exit took a second hop. What the client
+is told is unchanged: a commit that fails (a uniqueness race, a stale version, a lost
+database) raises from the endpoint, before any response exists, and goes to the same
+exception handlers. The endpoint has built its answer by then (the services' ``to_read``);
+what remains on the loop is FastAPI's check of the returned model and its serialisation.
+
 The wrapped endpoint keeps its signature, name, docstring and annotations (``functools.wraps``
 and FastAPI's ``inspect.unwrap``), so its parameters, dependencies, OpenAPI operation and
 response model are exactly those of the function as written.
@@ -22,14 +30,42 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
 from fastapi.routing import APIRoute
+from sqlalchemy.orm import Session
+
+
+def finish_after(
+    endpoint: Callable[..., Any], session: Session, args: Any, kwargs: dict[str, Any]
+) -> Any:
+    """Run ``endpoint``, then commit ``session`` (or roll it back if either step raised)."""
+    try:
+        result = endpoint(*args, **kwargs)
+        if session.in_transaction():  # a session that touched no connection has nothing to end
+            session.commit()
+        return result
+    except BaseException:
+        if session.in_transaction():
+            session.rollback()
+        raise
+
+
+def _session_in(kwargs: dict[str, Any]) -> Session | None:
+    # The request's session is the only Session among an endpoint's arguments (SessionDep).
+    for value in kwargs.values():
+        if isinstance(value, Session):
+            return value
+    return None
 
 
 def on_a_thread(endpoint: Callable[..., Any]) -> Callable[..., Any]:
-    """``endpoint`` (a plain function) as a coroutine function running it on a worker thread."""
+    """``endpoint`` (a plain function) as a coroutine function running it on a worker thread,
+    and ending the request's transaction there too."""
 
     @functools.wraps(endpoint)
     async def threaded(*args: Any, **kwargs: Any) -> Any:
-        return await run_in_threadpool(endpoint, *args, **kwargs)
+        session = _session_in(kwargs)
+        if session is None:
+            return await run_in_threadpool(endpoint, *args, **kwargs)
+        return await run_in_threadpool(finish_after, endpoint, session, args, kwargs)
 
     return threaded
 

@@ -35,10 +35,12 @@ async def get_settings_dep(request: Request) -> Settings:
 
 
 async def get_session(request: Request) -> AsyncIterator[Session]:
-    """One session per request, committed once here at the edge; services only flush.
+    """One session per request, committed once at the edge; services only flush.
 
-    Opening a session touches no connection, so it happens on the event loop; the commit (or
-    the rollback) and the connection's return go to a thread, shielded so that a cancelled
+    Opening a session touches no connection, so it happens on the event loop. A sync endpoint
+    of the API's routers commits (or rolls back) on its own worker thread as it returns
+    (``app/api_route.py``), and the session is only closed here. Otherwise the commit (or the
+    rollback) and the connection's return go to a thread here, shielded so that a cancelled
     request still gives its connection back to the pool."""
     session: Session = request.app.state.session_factory()
     try:
@@ -78,12 +80,15 @@ Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
 async def current_principal(
-    request: Request, credentials: Credentials, settings: SettingsDep, session: SessionDep
+    request: Request, credentials: Credentials, session: SessionDep
 ) -> Principal:
     if credentials is None or not credentials.credentials:
         raise Unauthorized(
             "missing bearer token: send 'Authorization: Bearer <API key>'", field="Authorization"
         )
+    # The settings straight from the application, not as a dependency of their own: every
+    # request authenticates, and each dependency FastAPI solves costs more than this lookup.
+    settings: Settings = request.app.state.settings
     cache = _key_cache(request)
     principal = _known(credentials.credentials, settings, cache)
     if principal is None:  # a query: on a thread
