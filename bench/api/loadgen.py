@@ -81,6 +81,8 @@ class Tally:
     errors: dict[str, int] = field(default_factory=dict)
     # Every request sent, warm-up included (CPU per request counts them all).
     sent: int = 0
+    # Open loop: arrivals that found every pair of participants busy (not sent at all).
+    no_free_pair: int = 0
 
     def record(self, op: str, started: float, ok: bool) -> None:
         self.latencies.setdefault(op, []).append(time.perf_counter() - started)
