@@ -31,6 +31,9 @@ from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
 from fastapi.routing import APIRoute
 from sqlalchemy.orm import Session
+from starlette._utils import get_route_path
+from starlette.routing import Match
+from starlette.types import Scope
 
 
 def finish_after(
@@ -77,6 +80,23 @@ class ThreadedRoute(APIRoute):
         super().__init__(path, endpoint, **kwargs)
 
 
+class PrefixRouter(APIRouter):
+    """An ``APIRouter`` that is no candidate for a path outside its prefix.
+
+    FastAPI finds a request's route by asking every included router in turn, and a router
+    answers by trying each of its routes (twice: once to choose the router, once to run the
+    route), whatever its prefix: a request to ``/v1/offers`` paid for trying every participant,
+    contract and task route first (``bench/api/README.md``). Every ``/v1`` router has a prefix
+    of its own and is included at the application's root, so a path that does not start with
+    the prefix cannot be one of its routes."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        if not get_route_path(scope).startswith(self.prefix):
+            return Match.NONE, {}
+        return super().matches(scope)
+
+
 def api_router(**kwargs: Any) -> APIRouter:
-    """An ``APIRouter`` whose sync endpoints run as ``ThreadedRoute``s."""
-    return APIRouter(route_class=ThreadedRoute, **kwargs)
+    """An ``APIRouter`` whose sync endpoints run as ``ThreadedRoute``s, tried only for the
+    paths under its prefix."""
+    return PrefixRouter(route_class=ThreadedRoute, **kwargs)

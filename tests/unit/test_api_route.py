@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from pathlib import Path
@@ -164,3 +165,43 @@ def test_the_session_commits_on_the_endpoints_own_thread(tmp_path: Path) -> None
         assert failed.status_code == 500
         assert "commit" not in seen and seen["rollback"] == seen["endpoint"]
     assert _texts(app) == ["first"]
+
+
+def _two_routers(make: Callable[..., APIRouter]) -> FastAPI:
+    app = FastAPI()
+    for prefix in ("/v1/a", "/v1/b"):
+        router = make(prefix=prefix)
+
+        @router.get("/{item_id}")
+        def read(item_id: int) -> dict[str, int]:
+            return {"id": item_id}
+
+        @router.post("")
+        def make_one() -> dict[str, str]:
+            return {"made": "yes"}
+
+        app.include_router(router)
+    return app
+
+
+def test_routers_skipped_by_prefix_answer_as_before() -> None:
+    """A router tried only for paths under its prefix routes every request as FastAPI's own."""
+    answers = []
+    for make in (APIRouter, api_router):
+        with TestClient(_two_routers(make)) as client:
+            answers.append(
+                [
+                    (r.status_code, r.text, r.headers.get("allow"))
+                    for r in (
+                        client.get("/v1/b/7"),
+                        client.post("/v1/b"),
+                        client.delete("/v1/b/7"),  # 405, naming GET
+                        client.get("/v1/b/x"),  # 422
+                        client.get("/v1/c/7"),  # 404
+                        client.get("/v1/bb/7"),  # 404, though it starts with /v1/b
+                        client.get("/v1/a/7/", follow_redirects=False),  # redirect to /v1/a/7
+                    )
+                ]
+            )
+    assert answers[0] == answers[1]
+    assert [status for status, _, _ in answers[1]] == [200, 200, 405, 422, 404, 404, 307]
