@@ -138,19 +138,20 @@ MAX_ONE_STATEMENT = 4
 @functools.lru_cache(maxsize=64)
 def _write_at_once(entry_count: int, subject_count: int) -> Any:
     """One round trip instead of three: the entries and their subjects inserted by
-    data-modifying CTEs of the head's update. PostgreSQL checks the subjects' foreign key at
-    the end of the statement, when the entries are there. Built once per shape."""
-    rows = [
-        {column: bindparam(f"{column}_{i}", type_=_log.c[column].type) for column in _LOG_COLUMNS}
-        for i in range(entry_count)
-    ]
-    statement = _EXTEND.add_cte(insert(_log).values(rows).cte("sealed_entries"))
-    if subject_count:
-        subject_rows = [
-            {"audit_id": bindparam(f"audit_id_{j}"), "participant_id": bindparam(f"subject_{j}")}
-            for j in range(subject_count)
-        ]
-        statement = statement.add_cte(insert(_subjects).values(subject_rows).cte("sealed_subjects"))
+    data-modifying CTEs of the head's update, one single-row insert each (a multi-row VALUES
+    is a statement SQLAlchemy does not cache, compiled anew each time). PostgreSQL checks the
+    subjects' foreign key at the end of the statement, when the entries are there. Built once
+    per shape."""
+    statement = _EXTEND
+    for i in range(entry_count):
+        row = {c: bindparam(f"{c}_{i}", type_=_log.c[c].type) for c in _LOG_COLUMNS}
+        statement = statement.add_cte(insert(_log).values(row).cte(f"sealed_entry_{i}"))
+    for j in range(subject_count):
+        subject = {
+            "audit_id": bindparam(f"audit_id_{j}"),
+            "participant_id": bindparam(f"subject_{j}"),
+        }
+        statement = statement.add_cte(insert(_subjects).values(subject).cte(f"sealed_subject_{j}"))
     return statement
 
 
