@@ -147,7 +147,7 @@ def _write_at_once(entry_count: int, subject_count: int) -> Any:
         row = {c: bindparam(f"{c}_{i}", type_=_log.c[c].type) for c in _LOG_COLUMNS}
         statement = statement.add_cte(insert(_log).values(row).cte(f"sealed_entry_{i}"))
     for j in range(subject_count):
-        subject = {
+        subject: dict[str, Any] = {
             "audit_id": bindparam(f"audit_id_{j}"),
             "participant_id": bindparam(f"subject_{j}"),
         }
