@@ -274,6 +274,11 @@ async def open_loop(
     async def cycle(pair: Pair, due: float) -> None:
         try:
             await negotiate(pair, tally, window, first_due=due)
+        except (ConnectionError, RuntimeError) as exc:  # counted, never lost with its task
+            tally.errors[f"connection: {type(exc).__name__}"] = (
+                tally.errors.get(f"connection: {type(exc).__name__}", 0) + 1
+            )
+            await pair.close()
         finally:
             free.append(pair)
 
@@ -310,6 +315,7 @@ async def drive(
         await open_loop(pairs, tally, rate, window)
     else:
         await asyncio.gather(*(virtual_user(p, tally, window) for p in pairs))
+    tally.connections = sum(p.a.connections + p.b.connections for p in pairs)
     return tally
 
 
@@ -364,6 +370,7 @@ def measure(
         "mode": "closed" if rate is None else "open",
         "offered_req_per_s": rate,
         "no_free_pair": tally.no_free_pair,
+        "connections_opened": tally.connections,
         "users": users,
         "seconds": seconds,
         "requests": len(every),
