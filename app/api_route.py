@@ -7,6 +7,14 @@ validating a model the service built itself (``bench/api/README.md``). ``Threade
 such an endpoint in a coroutine that runs it on a thread: FastAPI then treats it as async and
 checks the returned model on the event loop, where it is already.
 
+The request's session (``app.auth.dependencies.get_session``) is committed on that same
+thread, right after the endpoint returns, or rolled back there if it raised: the commit is a
+round trip, and doing it in the session dependency's exit took a second hop. What the client
+is told is unchanged: a commit that fails (a uniqueness race, a stale version, a lost
+database) raises from the endpoint, before any response exists, and goes to the same
+exception handlers. The endpoint has built its answer by then (the services' ``to_read``);
+what remains on the loop is FastAPI's check of the returned model and its serialisation.
+
 The wrapped endpoint keeps its signature, name, docstring and annotations (``functools.wraps``
 and FastAPI's ``inspect.unwrap``), so its parameters, dependencies, OpenAPI operation and
 response model are exactly those of the function as written.
@@ -22,14 +30,45 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
 from fastapi.routing import APIRoute
+from sqlalchemy.orm import Session
+from starlette._utils import get_route_path
+from starlette.routing import Match
+from starlette.types import Scope
+
+
+def finish_after(
+    endpoint: Callable[..., Any], session: Session, args: Any, kwargs: dict[str, Any]
+) -> Any:
+    """Run ``endpoint``, then commit ``session`` (or roll it back if either step raised)."""
+    try:
+        result = endpoint(*args, **kwargs)
+        if session.in_transaction():  # a session that touched no connection has nothing to end
+            session.commit()
+        return result
+    except BaseException:
+        if session.in_transaction():
+            session.rollback()
+        raise
+
+
+def _session_in(kwargs: dict[str, Any]) -> Session | None:
+    # The request's session is the only Session among an endpoint's arguments (SessionDep).
+    for value in kwargs.values():
+        if isinstance(value, Session):
+            return value
+    return None
 
 
 def on_a_thread(endpoint: Callable[..., Any]) -> Callable[..., Any]:
-    """``endpoint`` (a plain function) as a coroutine function running it on a worker thread."""
+    """``endpoint`` (a plain function) as a coroutine function running it on a worker thread,
+    and ending the request's transaction there too."""
 
     @functools.wraps(endpoint)
     async def threaded(*args: Any, **kwargs: Any) -> Any:
-        return await run_in_threadpool(endpoint, *args, **kwargs)
+        session = _session_in(kwargs)
+        if session is None:
+            return await run_in_threadpool(endpoint, *args, **kwargs)
+        return await run_in_threadpool(finish_after, endpoint, session, args, kwargs)
 
     return threaded
 
@@ -41,6 +80,23 @@ class ThreadedRoute(APIRoute):
         super().__init__(path, endpoint, **kwargs)
 
 
+class PrefixRouter(APIRouter):
+    """An ``APIRouter`` that is no candidate for a path outside its prefix.
+
+    FastAPI finds a request's route by asking every included router in turn, and a router
+    answers by trying each of its routes (twice: once to choose the router, once to run the
+    route), whatever its prefix: a request to ``/v1/offers`` paid for trying every participant,
+    contract and task route first (``bench/api/README.md``). Every ``/v1`` router has a prefix
+    of its own and is included at the application's root, so a path that does not start with
+    the prefix cannot be one of its routes."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        if not get_route_path(scope).startswith(self.prefix):
+            return Match.NONE, {}
+        return super().matches(scope)
+
+
 def api_router(**kwargs: Any) -> APIRouter:
-    """An ``APIRouter`` whose sync endpoints run as ``ThreadedRoute``s."""
-    return APIRouter(route_class=ThreadedRoute, **kwargs)
+    """An ``APIRouter`` whose sync endpoints run as ``ThreadedRoute``s, tried only for the
+    paths under its prefix."""
+    return PrefixRouter(route_class=ThreadedRoute, **kwargs)

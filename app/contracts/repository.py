@@ -1,23 +1,62 @@
-"""Every contract query in one place."""
+"""Every contract query in one place.
+
+The queries a request of the negotiation makes (a contract by id, a page of a participant's
+contracts, the lists' expiry query, the live contract between two parties) are built once, with
+bound parameters, instead of on every call: building a statement and its cache key cost more
+CPU than running it (``bench/api/README.md``, 2026-11-26 s22).
+"""
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import Select, bindparam, or_, select
 from sqlalchemy.orm import Session
 
 from app.contracts.lifecycle import LIVE
 from app.db import keyset
 from app.models import Contract, ContractEvent, ContractStatus, LedgerEntry
 
+_LIVE = [ContractStatus(s.value) for s in LIVE]
+_PARTY = or_(Contract.proposer_id == bindparam("party"), Contract.partner_id == bindparam("party"))
+_BY_ID = select(Contract).where(Contract.id == bindparam("contract_id"))
+# Serialises concurrent decisions on one contract on PostgreSQL; SQLite locks the file.
+_BY_ID_LOCKED = _BY_ID.with_for_update()
+_DUE = select(Contract).where(Contract.status.in_(_LIVE), Contract.ends_at <= bindparam("now"))
+_DUE_ANYONE = _DUE.order_by(Contract.id)
+_DUE_OF_PARTY = _DUE.where(_PARTY).order_by(Contract.id)
+_LIVE_BETWEEN = select(Contract).where(
+    or_(
+        (Contract.proposer_id == bindparam("a")) & (Contract.partner_id == bindparam("b")),
+        (Contract.proposer_id == bindparam("b")) & (Contract.partner_id == bindparam("a")),
+    ),
+    Contract.status.in_(_LIVE),
+)
+_LEDGER = (
+    select(LedgerEntry)
+    .where(LedgerEntry.contract_id == bindparam("contract_id"))
+    .order_by(LedgerEntry.id)
+)
+
 
 def get(session: Session, contract_id: int, *, for_update: bool = False) -> Contract | None:
-    query = select(Contract).where(Contract.id == contract_id)
-    if for_update:
-        # Serialises concurrent decisions on one contract on PostgreSQL; SQLite locks the file.
-        query = query.with_for_update()
-    return session.scalar(query)
+    return session.scalar(_BY_ID_LOCKED if for_update else _BY_ID, {"contract_id": contract_id})
+
+
+@functools.cache
+def _page(of_party: bool, by_status: bool, after: bool, limited: bool) -> Select[Any]:
+    """The page query for one combination of filters, built the first time it is asked for."""
+    query = select(Contract)
+    if of_party:
+        query = query.where(_PARTY)
+    if by_status:
+        query = query.where(Contract.status == bindparam("status"))
+    if after:  # keyset: the rows after the last one the client saw (app/db/keyset.py)
+        query = query.where(Contract.id > bindparam("after_id"))
+    query = query.order_by(Contract.id)
+    return query.limit(bindparam("limit")) if limited else query
 
 
 def for_participant(
@@ -30,41 +69,23 @@ def for_participant(
 ) -> list[Contract]:
     """A participant's contracts, or every contract when ``participant_id`` is None (admins),
     by id; a page of them from ``after_id`` when given (ix_contracts_* of migration 0007)."""
-    query = keyset.after(
-        select(Contract), [Contract.id], None if after_id is None else (after_id,)
-    ).order_by(Contract.id)
-    if participant_id is not None:
-        query = query.where(
-            or_(Contract.proposer_id == participant_id, Contract.partner_id == participant_id)
-        )
-    if status is not None:
-        query = query.where(Contract.status == status)
-    return list(session.scalars(query.limit(limit)))
+    query = _page(
+        participant_id is not None, status is not None, after_id is not None, limit is not None
+    )
+    values = {"party": participant_id, "status": status, "after_id": after_id, "limit": limit}
+    return list(session.scalars(query, {k: v for k, v in values.items() if v is not None}))
 
 
 def due_to_expire(session: Session, participant_id: int | None, now: datetime) -> list[Contract]:
     """Live contracts (of a participant, or all) whose term ended: a list expires them first,
     so a status filter in SQL sees their real status."""
-    query = select(Contract).where(
-        Contract.status.in_([ContractStatus(s.value) for s in LIVE]), Contract.ends_at <= now
-    )
-    if participant_id is not None:
-        query = query.where(
-            or_(Contract.proposer_id == participant_id, Contract.partner_id == participant_id)
-        )
-    return list(session.scalars(query.order_by(Contract.id)))
+    if participant_id is None:
+        return list(session.scalars(_DUE_ANYONE, {"now": now}))
+    return list(session.scalars(_DUE_OF_PARTY, {"now": now, "party": participant_id}))
 
 
 def live_between(session: Session, a: int, b: int) -> Contract | None:
-    return session.scalar(
-        select(Contract).where(
-            or_(
-                (Contract.proposer_id == a) & (Contract.partner_id == b),
-                (Contract.proposer_id == b) & (Contract.partner_id == a),
-            ),
-            Contract.status.in_([ContractStatus(s.value) for s in LIVE]),
-        )
-    )
+    return session.scalar(_LIVE_BETWEEN, {"a": a, "b": b})
 
 
 def events(
@@ -80,10 +101,4 @@ def events(
 
 
 def ledger(session: Session, contract_id: int) -> list[LedgerEntry]:
-    return list(
-        session.scalars(
-            select(LedgerEntry)
-            .where(LedgerEntry.contract_id == contract_id)
-            .order_by(LedgerEntry.id)
-        )
-    )
+    return list(session.scalars(_LEDGER, {"contract_id": contract_id}))

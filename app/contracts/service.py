@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import select
+from sqlalchemy import Table, bindparam, insert, select
 from sqlalchemy.orm import Session
 
 from app.audit import service as audit
@@ -94,19 +94,25 @@ def _state(contract: Contract) -> ContractState:
     )
 
 
+_INSERT_EVENT = insert(cast(Table, ContractEvent.__table__))
+
+
 def _log(
     session: Session, contract: Contract, action: str, principal: Principal | None, actor: str
 ) -> None:
     """History and audit for one step; called after flush so the version is the new one."""
-    session.add(
-        ContractEvent(
-            contract_id=contract.id,
-            version=contract.version,
-            action=action,
-            author_id=principal.participant_id if principal else None,
-            actor=actor,
-            terms=terms_snapshot(contract),
-        )
+    # A row nothing in the transaction reads again: inserted by a statement built once, not as
+    # an ORM object the commit's flush would have to process (every negotiation step has one).
+    session.execute(
+        _INSERT_EVENT,
+        {
+            "contract_id": contract.id,
+            "version": contract.version,
+            "action": action,
+            "author_id": principal.participant_id if principal else None,
+            "actor": actor,
+            "terms": terms_snapshot(contract),
+        },
     )
     audit.record(
         session,
@@ -262,6 +268,11 @@ def reject(session: Session, principal: Principal, contract_id: int, version: in
     return contract
 
 
+_OPEN_OFFERS = select(Offer).where(
+    Offer.contract_id == bindparam("contract_id"), Offer.status == OfferStatus.open
+)
+
+
 def terminate(session: Session, principal: Principal, contract_id: int, version: int) -> Contract:
     """End an active contract: no future moves under it, open offers withdrawn, ledger settled."""
     from app.movements.payments import accrue_contract
@@ -272,11 +283,7 @@ def terminate(session: Session, principal: Principal, contract_id: int, version:
     # queries come first, so the contract row changes once and its version rises by one.
     accrue_contract(session, contract, now)
     settled = _settle(session, contract)
-    open_offers = list(
-        session.scalars(
-            select(Offer).where(Offer.contract_id == contract.id, Offer.status == OfferStatus.open)
-        )
-    )
+    open_offers = list(session.scalars(_OPEN_OFFERS, {"contract_id": contract.id}))
     for offer in open_offers:
         offer.status = OfferStatus.withdrawn
         offer.decided_at = now

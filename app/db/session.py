@@ -15,6 +15,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.db.cursor import LazyDescriptionCursor
+
 
 @dataclass(frozen=True)
 class DatabaseOptions:
@@ -116,6 +118,9 @@ def _create_engine(url: str, options: DatabaseOptions) -> Engine:
             "keepalives_interval": 5,
             "keepalives_count": 3,
         }
+        if make_url(url).get_driver_name() == "psycopg":
+            # cursor.description built only when read (app/db/cursor.py)
+            connect_args["cursor_factory"] = LazyDescriptionCursor
     engine = create_engine(url, connect_args=connect_args, **_pool_arguments(url, options))
     _ping_when_idle(engine)
     return engine

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
 from app.models import (
@@ -69,18 +69,26 @@ def accrue_task(session: Session, task: Task, now: datetime) -> float:
     return total
 
 
+# Built once: every termination runs both (building them cost more CPU than running them).
+_MOVED_UNDER = (
+    select(Movement.task_id)
+    .where(
+        Movement.contract_id == bindparam("contract_id"),
+        Movement.status == MovementStatus.committed,
+    )
+    .distinct()
+)
+_REPLICAS = select(Replica).order_by(Replica.id)
+
+
 def accrue_contract(session: Session, contract: Contract, now: datetime) -> None:
     """Bring the ledger of ``contract`` up to ``now`` (before it is terminated and settled)."""
-    task_ids = session.scalars(
-        select(Movement.task_id)
-        .where(Movement.contract_id == contract.id, Movement.status == MovementStatus.committed)
-        .distinct()
-    )
+    task_ids = session.scalars(_MOVED_UNDER, {"contract_id": contract.id})
     for task_id in sorted(task_ids):
         task = session.get(Task, task_id)
         if task is not None:
             accrue_task(session, task, now)
-    for replica in session.scalars(select(Replica).order_by(Replica.id)):
+    for replica in session.scalars(_REPLICAS):
         task = session.get(Task, replica.task_id)
         hops = replicas.paid_hops(replica, task.owner_id) if task is not None else []
         if any(hop.contract_id == contract.id for hop in hops):

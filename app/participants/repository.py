@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from sqlalchemy import and_, exists, func, or_, select
+from sqlalchemy import and_, bindparam, exists, func, or_, select
 from sqlalchemy.orm import Session
 
 from app.db import keyset
@@ -23,22 +23,30 @@ from app.models import (
 )
 from app.participants import name_cache
 
+# The lookups of a request (a key on a key-cache miss, a partner by name, names by id) are
+# built once: building a statement and its cache key costs more CPU than running it.
+_BY_KEY_HASH = select(Participant).where(Participant.api_key_hash == bindparam("key_hash"))
+_BY_PREVIOUS_KEY_HASH = select(Participant).where(
+    Participant.previous_key_hash == bindparam("key_hash"),
+    Participant.previous_key_expires_at > bindparam("now"),
+)
+_BY_NAME = select(Participant).where(Participant.name == bindparam("name"))
+_NAMES_BY_ID = select(Participant.id, Participant.name).where(
+    Participant.id.in_(bindparam("ids", expanding=True))
+)
+
 
 def get_by_key_hash(session: Session, key_hash: str) -> Participant | None:
-    return session.scalar(select(Participant).where(Participant.api_key_hash == key_hash))
+    return session.scalar(_BY_KEY_HASH, {"key_hash": key_hash})
 
 
 def get_by_previous_key_hash(session: Session, key_hash: str, now: datetime) -> Participant | None:
     """The participant whose key before its last rotation this is, while it is still valid."""
-    return session.scalar(
-        select(Participant).where(
-            Participant.previous_key_hash == key_hash, Participant.previous_key_expires_at > now
-        )
-    )
+    return session.scalar(_BY_PREVIOUS_KEY_HASH, {"key_hash": key_hash, "now": now})
 
 
 def get_by_name(session: Session, name: str) -> Participant | None:
-    return session.scalar(select(Participant).where(Participant.name == name))
+    return session.scalar(_BY_NAME, {"name": name})
 
 
 def by_names(session: Session, names: Iterable[str]) -> dict[str, Participant]:
@@ -61,9 +69,7 @@ def names_by_id(session: Session, ids: Iterable[int]) -> dict[int, str]:
     names = name_cache.cached_names(session, wanted)
     missing = list(wanted.difference(names))
     if missing:
-        rows = session.execute(
-            select(Participant.id, Participant.name).where(Participant.id.in_(missing))
-        )
+        rows = session.execute(_NAMES_BY_ID, {"ids": missing})
         found = {pid: name for pid, name in rows}
         name_cache.read_names(session, found)
         names.update(found)

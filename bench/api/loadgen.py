@@ -33,10 +33,18 @@ class Connection:
         self._headers = f"Host: {host}:{port}\r\nAuthorization: Bearer {key}\r\n".encode()
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+        # Connections opened (a new one after the server closed an idle one).
+        self.connections = 0
 
     async def request(self, method: str, path: str, body: Any = None) -> Reply:
+        if self.reader is not None and self.reader.at_eof():
+            # The server closed the connection while it was idle (uvicorn's keep-alive timeout
+            # is 5 s; an open loop's pair may wait longer than that for its next cycle): a new
+            # connection, as an HTTP client does; the request was never sent.
+            await self.close()
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+            self.connections += 1
         assert self.reader is not None
         payload = b"" if body is None else json.dumps(body).encode()
         framing = (
@@ -71,6 +79,7 @@ class Connection:
         if self.writer is not None:
             self.writer.close()
             self.writer = None
+            self.reader = None
 
 
 @dataclass
@@ -81,6 +90,11 @@ class Tally:
     errors: dict[str, int] = field(default_factory=dict)
     # Every request sent, warm-up included (CPU per request counts them all).
     sent: int = 0
+    # Open loop: arrivals that found every pair of participants busy (not sent at all).
+    no_free_pair: int = 0
+    # Connections the generator opened: two per pair, and one more each time the server had
+    # closed an idle one.
+    connections: int = 0
 
     def record(self, op: str, started: float, ok: bool) -> None:
         self.latencies.setdefault(op, []).append(time.perf_counter() - started)

@@ -1,12 +1,20 @@
 """The API under a mixed workload: ``python -m bench.api.run [--workers 1 2] [--seconds 20]``.
 
 For each worker count: a fresh PostgreSQL database, ``fedload serve --workers N`` as its own
-process (production settings, access log off), a seeded federation, then ``--users`` virtual
-users in a closed loop, each negotiating with its own partner so that every request is real
-work and none is a lost race: propose, get, list, counter, get, list offers, accept, get, list,
-list offers, terminate, get (4 writes, 8 reads). Reports req/s, p50/p99 latency, errors (any
+process (production settings, access log off), a seeded federation, then ``--users`` pairs of
+participants, each negotiating with its own partner so that every request is real work and
+none is a lost race: propose, get, list, counter, get, list offers, accept, get, list, list
+offers, terminate, get (4 writes, 8 reads). Reports req/s, p50/p99 latency, errors (any
 unexpected status), and the load average before and while it ran. Figures go in
 bench/api/README.md; performance is never asserted in a test.
+
+Two ways to drive it. A closed loop (the default): each pair starts its next cycle when the
+last one ends, so the service is always saturated and the latency is mostly the queue of
+``--users`` cycles in flight (at X req/s a request takes users / X seconds on average, by
+Little's law): it measures the most the service serves. An open loop (``--rate R``): cycles
+arrive at random times, R/12 a second, whatever the answers (as independent clients do), so
+the latency is what a client sees at R req/s: the figure the issue's target (500 req/s with
+p99 under 50 ms) is about.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -182,57 +191,131 @@ def seed(port: int, users: int) -> list[tuple[str, str, str]]:
     return pairs
 
 
-async def virtual_user(
-    port: int, pair: tuple[str, str, str], tally: Tally, stop_at: float, warm_until: float
+REQUESTS_PER_CYCLE = 12
+
+
+class Pair:
+    """Two participants negotiating with each other, one keep-alive connection each."""
+
+    def __init__(self, port: int, keys: tuple[str, str, str]) -> None:
+        self.a = Connection(HOST, port, keys[0])
+        self.b = Connection(HOST, port, keys[1])
+        self.partner = keys[2]
+
+    async def close(self) -> None:
+        await self.a.close()
+        await self.b.close()
+
+
+async def negotiate(
+    pair: Pair, tally: Tally, window: tuple[float, float], first_due: float | None = None
 ) -> None:
-    a = Connection(HOST, port, pair[0])
-    b = Connection(HOST, port, pair[1])
-    partner = pair[2]
+    """One cycle: propose, get, list, counter, get, list offers, accept, get, list, list
+    offers, terminate, get. Requests sent within ``window`` (after the warm-up, before the end)
+    are recorded. Each request's latency runs from when it was sent, the first one's from
+    ``first_due`` when given (an open loop's arrival time: a generator running late must not
+    hide the wait from the figures)."""
+    due = first_due
 
     async def call(
         op: str, conn: Connection, method: str, path: str, body: Any, ok: int, parse: bool = False
     ) -> Any:
-        started = time.perf_counter()
+        nonlocal due
+        started = time.perf_counter() if due is None else due
+        due = None
         reply = await conn.request(method, path, body)
         tally.sent += 1
-        if started >= warm_until:
+        if window[0] <= started < window[1]:
             tally.record(op, started, reply.status == ok)
         # Only the proposal's answer is read (for the contract's id): parsing every body
         # would be the generator's CPU, taken from the service on the same two cores.
         return reply.json() if parse and reply.status == ok and reply.body else None
 
-    terms = {"partner": partner, "price_min": 0.8, "price_max": 1.0}
+    a, b = pair.a, pair.b
+    terms = {"partner": pair.partner, "price_min": 0.8, "price_max": 1.0}
+    made = await call("propose", a, "POST", "/v1/contracts", terms, 201, parse=True)
+    if made is None:
+        return
+    path = f"/v1/contracts/{made['id']}"
+    await call("get", b, "GET", path, None, 200)
+    await call("list", a, "GET", "/v1/contracts?limit=20", None, 200)
+    counter = {"version": 1, "price_min": 0.9, "price_max": 1.0}
+    await call("counter", b, "POST", f"{path}/counter", counter, 200)
+    await call("get", a, "GET", path, None, 200)
+    await call("offers", b, "GET", "/v1/offers?limit=20", None, 200)
+    await call("accept", a, "POST", f"{path}/accept", {"version": 2}, 200)
+    await call("get", b, "GET", path, None, 200)
+    await call("list", b, "GET", "/v1/contracts?limit=20&status=active", None, 200)
+    await call("offers", a, "GET", "/v1/offers?limit=20", None, 200)
+    await call("terminate", a, "POST", f"{path}/terminate", {"version": 3}, 200)
+    await call("get", a, "GET", path, None, 200)
+
+
+async def virtual_user(pair: Pair, tally: Tally, window: tuple[float, float]) -> None:
+    """Closed loop: the next cycle as soon as the last one ended."""
     try:
-        while time.perf_counter() < stop_at:
-            made = await call("propose", a, "POST", "/v1/contracts", terms, 201, parse=True)
-            if made is None:
-                continue
-            path = f"/v1/contracts/{made['id']}"
-            await call("get", b, "GET", path, None, 200)
-            await call("list", a, "GET", "/v1/contracts?limit=20", None, 200)
-            counter = {"version": 1, "price_min": 0.9, "price_max": 1.0}
-            await call("counter", b, "POST", f"{path}/counter", counter, 200)
-            await call("get", a, "GET", path, None, 200)
-            await call("offers", b, "GET", "/v1/offers?limit=20", None, 200)
-            await call("accept", a, "POST", f"{path}/accept", {"version": 2}, 200)
-            await call("get", b, "GET", path, None, 200)
-            await call("list", b, "GET", "/v1/contracts?limit=20&status=active", None, 200)
-            await call("offers", a, "GET", "/v1/offers?limit=20", None, 200)
-            await call("terminate", a, "POST", f"{path}/terminate", {"version": 3}, 200)
-            await call("get", a, "GET", path, None, 200)
+        while time.perf_counter() < window[1]:
+            await negotiate(pair, tally, window)
     finally:
-        await a.close()
-        await b.close()
+        await pair.close()
+
+
+async def open_loop(
+    pairs: list[Pair], tally: Tally, rate: float, window: tuple[float, float]
+) -> None:
+    """Open loop: cycles arrive at random (Poisson) times, ``rate / 12`` a second on average,
+    whether or not earlier ones have finished, each on a pair of participants no other cycle
+    is using. An arrival that finds every pair busy is counted (``no_free_pair``), not queued:
+    the service is not keeping up with the rate."""
+    rng = random.Random(15)
+    free = list(pairs)
+    running: set[asyncio.Task[None]] = set()
+
+    async def cycle(pair: Pair, due: float) -> None:
+        try:
+            await negotiate(pair, tally, window, first_due=due)
+        except (ConnectionError, RuntimeError) as exc:  # counted, never lost with its task
+            tally.errors[f"connection: {type(exc).__name__}"] = (
+                tally.errors.get(f"connection: {type(exc).__name__}", 0) + 1
+            )
+            await pair.close()
+        finally:
+            free.append(pair)
+
+    due = time.perf_counter()
+    while True:
+        due += rng.expovariate(rate / REQUESTS_PER_CYCLE)
+        if due >= window[1]:
+            break
+        await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        if not free:
+            if due >= window[0]:
+                tally.no_free_pair += 1
+            continue
+        task = asyncio.create_task(cycle(free.pop(), due))
+        running.add(task)
+        task.add_done_callback(running.discard)
+    await asyncio.gather(*running)
+    for pair in pairs:
+        await pair.close()
 
 
 async def drive(
-    port: int, pairs: list[tuple[str, str, str]], seconds: float, warmup: float
+    port: int,
+    keys: list[tuple[str, str, str]],
+    seconds: float,
+    warmup: float,
+    rate: float | None = None,
 ) -> Tally:
     tally = Tally()
+    pairs = [Pair(port, k) for k in keys]
     now = time.perf_counter()
-    await asyncio.gather(
-        *(virtual_user(port, p, tally, now + warmup + seconds, now + warmup) for p in pairs)
-    )
+    window = (now + warmup, now + warmup + seconds)
+    if rate is not None:
+        await open_loop(pairs, tally, rate, window)
+    else:
+        await asyncio.gather(*(virtual_user(p, tally, window) for p in pairs))
+    tally.connections = sum(p.a.connections + p.b.connections for p in pairs)
     return tally
 
 
@@ -248,6 +331,7 @@ def measure(
     warmup: float,
     env: dict[str, str],
     root: Path | None = None,
+    rate: float | None = None,
 ) -> dict[str, Any]:
     with fresh_database() as url:
         subprocess.run(
@@ -268,7 +352,7 @@ def measure(
             # uvloop (installed with uvicorn[standard]) for the generator as for the service:
             # the generator's event loop is CPU the service does not get.
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-                tally = runner.run(drive(port, pairs, seconds, warmup))
+                tally = runner.run(drive(port, pairs, seconds, warmup, rate))
             backends = sorted(set(backends) | set(database_backends(url)))
             cpu_used = (
                 cpu_seconds(servers) - cpu_at_start[0],
@@ -281,6 +365,12 @@ def measure(
     per_request_ms = [round(1000 * c / max(sent, 1), 2) for c in cpu_used]
     return {
         "workers": workers,
+        # closed: ``users`` pairs each start a cycle when their last one ends; open: cycles
+        # arrive at ``offered_req_per_s`` whatever the answers, on ``users`` pairs at most.
+        "mode": "closed" if rate is None else "open",
+        "offered_req_per_s": rate,
+        "no_free_pair": tally.no_free_pair,
+        "connections_opened": tally.connections,
         "users": users,
         "seconds": seconds,
         "requests": len(every),
@@ -310,7 +400,19 @@ def measure(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--users", type=int, default=16, help="Concurrent virtual users.")
+    parser.add_argument(
+        "--users",
+        type=int,
+        default=16,
+        help="Pairs of participants: closed loop, the concurrent virtual users; open loop "
+        "(--rate), the most cycles in progress at once.",
+    )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        help="Open loop: offer this many requests per second (cycles of 12 arriving at random "
+        "times) instead of a closed loop of --users.",
+    )
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument(
@@ -335,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     roots: list[Path | None] = [root.resolve() for root in args.service_root] or [None]
     for workers in args.workers:
         for root in roots:
-            row = measure(workers, args.users, args.seconds, args.warmup, env, root)
+            row = measure(workers, args.users, args.seconds, args.warmup, env, root, rate=args.rate)
             row["service_root"] = str(root or Path.cwd())
             results.append(row)
             print(json.dumps(row), flush=True)
