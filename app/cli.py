@@ -293,6 +293,9 @@ def _run_scenario(name: str, report: Path, quick: bool, engine: str = "python") 
     if name == "partition" and engine == "agents":
         _run_partition(report)
         return
+    if name == "tentative" and engine == "agents":
+        _run_tentative(report)
+        return
     from spark_jobs.ha.scenarios import ENGINES, SCENARIOS, Timings, run
 
     if name not in SCENARIOS:
@@ -333,6 +336,19 @@ def _run_partition(report: Path) -> None:
     directory = report / "partition" if report == Path("var/reports/demo") else report
     console.print(f"scenario partition: fedload serve and agent processes (reports in {directory})")
     result = run_partition(PartitionOptions(report_dir=directory), console)
+    if not result["ok"]:
+        raise typer.Exit(1)
+
+
+def _run_tentative(report: Path) -> None:
+    """The tentative scenario through the product: ``fedload serve`` and ``fedload agent``
+    processes, every link into the primary's agent cut, its active replica on a second agent
+    tentative within X and corrected after the heal."""
+    from spark_jobs.scenarios.tentative import TentativeOptions, run_tentative
+
+    directory = report / "tentative" if report == Path("var/reports/demo") else report
+    console.print(f"scenario tentative: fedload serve and agent processes (reports in {directory})")
+    result = run_tentative(TentativeOptions(report_dir=directory), console)
     if not result["ok"]:
         raise typer.Exit(1)
 

@@ -127,16 +127,37 @@ class DPCSettings:
     # On: a redo copy yields to the serving query (DPCFragment.yield_redo): it plans no new
     # batch while a serving batch runs or a bucket that ended less than X ago waits to be sent.
     redo_yields: bool = True
+    # The adaptive budget never drops below this share of X. When batches take most of X,
+    # X cannot hold for stable output either, and a budget near zero only turns every late
+    # input (a producer's scheduling hiccup on a loaded machine) into a failure whose
+    # reconciliation loads the machine further. 0: no floor.
+    min_budget_share: float = 0.0
+    # The deadline of the source's per-trigger boundary query on the planning path (option
+    # ``info_timeout_ms``; None: the source's own default).
+    info_timeout_ms: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_delay_seconds <= 0:
             raise ValueError(
                 f"DPCSettings.max_delay_seconds must be positive, got {self.max_delay_seconds}"
             )
+        if not 0 <= self.min_budget_share <= BUDGET_SHARE:
+            raise ValueError(
+                f"DPCSettings.min_budget_share must be within [0, {BUDGET_SHARE}], "
+                f"got {self.min_budget_share}"
+            )
+        if self.info_timeout_ms is not None and self.info_timeout_ms <= 0:
+            raise ValueError(
+                f"DPCSettings.info_timeout_ms must be positive, got {self.info_timeout_ms}"
+            )
 
     @property
     def delay_budget_ms(self) -> int:
         return round(BUDGET_SHARE * self.max_delay_seconds * 1000)
+
+    @property
+    def min_budget_ms(self) -> int:
+        return round(self.min_budget_share * self.max_delay_seconds * 1000)
 
     def source_options(self, bucket_seconds: float) -> dict[str, str]:
         options = {
@@ -145,10 +166,25 @@ class DPCSettings:
             "delay_strategy": DelayStrategy(self.strategy).value,
             "clock_offset_ms": str(self.clock_offset_ms),
         }
+        if self.info_timeout_ms is not None:
+            options["info_timeout_ms"] = str(self.info_timeout_ms)
         if self.clock is not None:
             options["clock_location"] = self.clock.location
             options["clock_stream"] = self.clock.stream
         return options
+
+
+def budget_for(settings: DPCSettings, durations_ms: list[int], trigger_ms: int) -> int:
+    """The adaptive delay budget: X minus the median recent batch and one trigger, within
+    [``min_budget_ms``, 0.9 X]; 0.9 X while no batch has been measured."""
+    cap = settings.delay_budget_ms
+    if not durations_ms:
+        return cap
+    # The median, not the max: the first batches of a query (and a redo's start) take seconds,
+    # and one of them would set the budget to nothing for ten batches.
+    typical = statistics.median(durations_ms)
+    spare = round(settings.max_delay_seconds * 1000 - typical - trigger_ms)
+    return max(settings.min_budget_ms, min(cap, spare))
 
 
 def offset_entry(checkpoint_dir: Path, batch_id: int) -> dict[str, Any] | None:
@@ -735,22 +771,15 @@ class DPCFragment:
 
     def adapt_budget(self) -> int:
         """Budget = X - (median of the serving query's last batches + one trigger), capped at
-        0.9 X: a bucket released at its deadline then leaves within X even on a busy machine.
+        0.9 X (and at least ``min_budget_share`` X): a bucket released at its deadline then
+        leaves within X even on a busy machine.
         Written for the source (option ``budget_file``) when it moves by 50 ms or more."""
-        cap = self.settings.delay_budget_ms
-        budget = cap
         try:
             progress = self.query().recentProgress[-10:]
         except KeyError:
             progress = []
         durations = [int(p["durationMs"].get("triggerExecution", 0)) for p in progress]
-        if durations:
-            trigger_ms = round(self.spec.trigger_seconds * 1000)
-            # The median, not the max: the first batches of a query (and a redo's start) take
-            # seconds, and one of them would set the budget to nothing for ten batches.
-            typical = statistics.median(durations)
-            spare = round(self.settings.max_delay_seconds * 1000 - typical - trigger_ms)
-            budget = max(0, min(cap, spare))
+        budget = budget_for(self.settings, durations, round(self.spec.trigger_seconds * 1000))
         if self._budget is None or abs(budget - self._budget) >= 50:
             self.store.write_budget(budget)
             self._budget = budget
