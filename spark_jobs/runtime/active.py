@@ -300,6 +300,11 @@ class ActiveReplicas:
             "reconciled": [dict(r) for r in copy.dpc.reconciliations],
             "history": [[state.value, at] for state, at in sink.history],
             "rec_dones": sum(1 for _, m in sink.messages if m.kind is Kind.REC_DONE),
+            # Redo copies whose query died before the switch (started again after), and why
+            # the poller last failed for this task (a report shows them beside the state).
+            "redo_failures": copy.dpc.redo_failures,
+            "redo_paused_s": round(copy.dpc.redo_paused_s, 3),
+            "notes": [note for note in self.errors if copy.task in note][-5:],
             "budget_ms": copy.dpc.budgets[-1][1] if copy.dpc.budgets else None,
             "min_budget_ms": min((b for _, b in copy.dpc.budgets), default=None),
             # The paper's latency at the node: per batch, one past its last input bucket, whether

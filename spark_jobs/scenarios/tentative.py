@@ -411,10 +411,14 @@ def _report(
         # What the copy sent (its DPC counters) and what the consumer received of it.
         "tentative_tuples": int(holder.get("tentative_rows", 0)),
         "tentative_batches": int(holder.get("tentative_batches", 0)),
+        # Input buckets first processed tentatively: during the cut, and after the heal until
+        # the switch (the state has diverged, so every batch is tentative until then).
         "tentative_buckets": len(tentative_buckets),
-        "tentative_before_heal": sum(
-            1 for seen in consumer.tentative_seen.values() if seen < heal_at
+        "tentative_buckets_before_heal": sum(
+            1 for b in tentative_buckets if b + 1 + offset_s < heal_at
         ),
+        # Tentative rows the consumer first held before the heal.
+        "tentative_before_heal": sum(n for at, _, n, _, _ in consumer.followed if at < heal_at),
         "corrections": int(holder.get("corrections", 0)),
         "undos": int(holder.get("undos", 0)),
         "rec_dones": int(holder.get("rec_dones", 0)),
@@ -437,9 +441,19 @@ def _report(
             for r in reconciled
         ],
         "final_state": holder.get("state"),
+        "redo_failures": holder.get("redo_failures"),
+        "replica_notes": holder.get("notes"),
         "baseline_latency_ms": rounded(baseline),
         "max_latency_ms": rounded(worst),
         "max_added_latency_ms": rounded(added),
+        # Where the worst one lies: its end on the copy's clock (ms since the consumer started)
+        # and whether its first processing was tentative.
+        "worst_bucket": None
+        if not live
+        else {
+            "end_ms": ms((w := max(live, key=lambda b: live[b][0])) + 1 + offset_s),
+            "tentative": live[w][1],
+        },
         "latency_slack_ms": round(LATENCY_SLACK_S * 1000),
         "consumer_latency": {
             "baseline_ms": rounded(window_baseline),
@@ -480,7 +494,10 @@ def _report(
         and report["corrections"] > 0
         and report["rec_dones"] >= 1
         and holder.get("state") == NodeState.STABLE.value,
-        "replica_log_corrected": replicas_agree,
+        # T's corrected log equals O's, and reaches past every bucket it sent tentatively.
+        "replica_log_corrected": replicas_agree
+        and bool(tentative_buckets)
+        and int(boundaries[HOLDER] or 0) > tentative_buckets[-1],
         "tentative_rows_resolved": rule.tentative_received > 0 and held_at_end == 0,
         "no_duplicates": not rule.duplicates and len(output) == len(set(output)),
         "no_losses": not missing,
