@@ -721,6 +721,11 @@ class DPCFragment:
         # Redo yielding: when the current pause began (None: not paused), seconds paused per redo.
         self._paused_since: float | None = None
         self.redo_paused_s = 0.0
+        # Since when a healed node has waited for a gap to start its redo in (None: not waiting),
+        # and the longest a redo yields at a time: X.
+        self._gap_since: float | None = None
+        self._yield_s = settings.max_delay_seconds
+        self._unpaused_until = 0.0
         # Redo copies whose query died before the switch (each was dropped and started again).
         self.redo_failures = 0
 
@@ -814,8 +819,15 @@ class DPCFragment:
         makes more tentative rows. So the redo goes in the gaps: between serving batches, it
         plans its next one (up to ``max_buckets_per_batch`` buckets); a redo batch already
         running finishes, so the serving query shares the cores with at most one of them."""
-        paused = self.serving_needs_cores()
         now = time.time()
+        # Yield for X at most at a time: on a machine where every serving batch takes most of a
+        # bucket there is no gap at all, and a redo that only ever yields never catches up (the
+        # copy stayed UP_FAILURE for good at load 10). Past X it plans one batch, then yields
+        # again.
+        if self._paused_since is not None and now - self._paused_since > self._yield_s:
+            # Two triggers unpaused: time for the redo's source to plan its next batch.
+            self._unpaused_until = now + 2 * self.spec.trigger_seconds
+        paused = now >= self._unpaused_until and self.serving_needs_cores()
         if paused and self._paused_since is None:
             self._paused_since = now
         elif not paused and self._paused_since is not None:
@@ -840,13 +852,23 @@ class DPCFragment:
                 self._permit = False
                 self._release(self.spec.name)
             if not self.healed():
+                self._gap_since = None
                 return False
-            if self.settings.redo_yields and self.serving_needs_cores():
+            now = time.time()
+            if self._gap_since is None:
+                self._gap_since = now
+            if (
+                self.settings.redo_yields
+                and now - self._gap_since <= self._yield_s
+                and self.serving_needs_cores()
+            ):
                 # Start the redo in a gap too: starting a query (its source's Python worker,
-                # the checkpoint) costs a second or two of CPU on the same cores.
+                # the checkpoint) costs a second or two of CPU on the same cores. For X at most:
+                # a loaded machine may have no gap (see yield_redo).
                 return False
             if not self._request(self.spec.name):
                 return False
+            self._gap_since = None
             self._permit = True
             self.begin_redo()
             return True
