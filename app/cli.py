@@ -235,20 +235,21 @@ def demo(
     scenario: str | None = typer.Option(
         None,
         "--scenario",
-        help="Run a high-availability scenario instead: partition, tentative or crash "
-        "(real processes, Arrow Flight links through a fault-injecting proxy, SIGKILL; crash "
-        "runs fedload serve and agent processes and fails over by gap, rollback and precise "
-        "recovery); writes DIR/report.json and exits non-zero when a check fails.",
+        help="Run a high-availability scenario instead: partition, tentative or crash, through "
+        "the product (fedload serve and fedload agent processes with their own Spark; partition "
+        "and tentative cut real TCP links with a fault-injecting proxy, crash SIGKILLs a host "
+        "and fails over by gap, rollback and precise recovery); writes DIR/report.json and "
+        "exits non-zero when a check fails.",
     ),
     quick: bool = typer.Option(
-        False, "--quick", help="With --scenario: short timings (X = 2 s, 3.5 s failure)."
+        False, "--quick", help="With --engine python: short timings (X = 2 s, 3.5 s failure)."
     ),
     engine: str = typer.Option(
-        "python",
+        "agents",
         "--engine",
-        help="With --scenario: python (DPC node processes) or spark (the fragments as Spark "
-        "streaming queries in their own processes); for partition also agents (fedload serve "
-        "and fedload agent processes, the replica an active DPC copy on a second agent).",
+        help="With --scenario: agents (the product: serve and agent processes) or python (a "
+        "plain-Python model of DPC, node processes without Spark or the registry's agents; "
+        "a model, not the product).",
     ),
 ) -> None:
     """Run the Borealis load-management demo live: service, agent processes, Spark, report.
@@ -286,26 +287,26 @@ def demo(
         raise typer.Exit(1)
 
 
-def _run_scenario(name: str, report: Path, quick: bool, engine: str = "python") -> None:
-    if name == "crash":
-        _run_crash(report)
+def _run_scenario(name: str, report: Path, quick: bool, engine: str = "agents") -> None:
+    through_agents = {"crash": _run_crash, "partition": _run_partition, "tentative": _run_tentative}
+    if name not in through_agents:
+        console.print(
+            f"[red]--scenario: unknown {name!r}; choose one of {', '.join(through_agents)}"
+        )
+        raise typer.Exit(2)
+    if engine == "agents":
+        through_agents[name](report)
         return
-    if name == "partition" and engine == "agents":
-        _run_partition(report)
-        return
-    from spark_jobs.ha.scenarios import ENGINES, SCENARIOS, Timings, run
+    if engine != "python":
+        console.print(f"[red]--engine: unknown {engine!r}; choose agents or python")
+        raise typer.Exit(2)
+    from spark_jobs.ha.scenarios import Timings, run
 
-    if name not in SCENARIOS:
-        console.print(f"[red]--scenario: unknown {name!r}; choose one of {', '.join(SCENARIOS)}")
-        raise typer.Exit(2)
-    if engine not in ENGINES:
-        console.print(f"[red]--engine: unknown {engine!r}; choose one of {', '.join(ENGINES)}")
-        raise typer.Exit(2)
     directory = report / name if report == Path("var/reports/demo") else report
-    console.print(f"scenario {name}: starting nodes (reports in {directory})")
+    console.print(f"scenario {name} on the python model: starting nodes (reports in {directory})")
     # A scenario runs for a minute or more with nothing to print until its checks: show it lives.
-    with console.status(f"scenario {name} on {engine}: failure, recovery, checks..."):
-        result = run(name, directory, Timings.quick() if quick else Timings(), engine=engine)
+    with console.status(f"scenario {name} on the python model: failure, recovery, checks..."):
+        result = run(name, directory, Timings.quick() if quick else Timings())
     for check, passed in result["checks"].items():
         console.print(f"{'[green]pass[/]' if passed else '[red]FAIL[/]'} {check}")
     console.print(f"report: {directory / 'report.json'}")
@@ -333,6 +334,19 @@ def _run_partition(report: Path) -> None:
     directory = report / "partition" if report == Path("var/reports/demo") else report
     console.print(f"scenario partition: fedload serve and agent processes (reports in {directory})")
     result = run_partition(PartitionOptions(report_dir=directory), console)
+    if not result["ok"]:
+        raise typer.Exit(1)
+
+
+def _run_tentative(report: Path) -> None:
+    """The tentative scenario through the product: ``fedload serve`` and ``fedload agent``
+    processes, every link into the primary's agent cut, its active replica on a second agent
+    tentative within X and corrected after the heal."""
+    from spark_jobs.scenarios.tentative import TentativeOptions, run_tentative
+
+    directory = report / "tentative" if report == Path("var/reports/demo") else report
+    console.print(f"scenario tentative: fedload serve and agent processes (reports in {directory})")
+    result = run_tentative(TentativeOptions(report_dir=directory), console)
     if not result["ok"]:
         raise typer.Exit(1)
 

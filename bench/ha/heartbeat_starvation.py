@@ -3,9 +3,10 @@
 PYSPARK_PYTHON=$PWD/.venv/bin/python SPARK_LOCAL_IP=127.0.0.1 \\
   .venv/bin/python -m bench.ha.heartbeat_starvation [--seconds 20] [--json FILE]
 
-A producer A and a Spark host B (the processes of ``spark_partition``) run the partition
-scenario's stateful fragment on one bucket per second. For ``--seconds``, every 100 ms this
-driver (a light process doing nothing else) sends three heartbeats at once and times each answer:
+A producer A and a Spark host B (``spark_jobs.ha.spark_stage``'s processes, as the retired
+``spark_partition`` driver ran them) run the partition scenario's stateful fragment on one
+bucket per second. For ``--seconds``, every 100 ms this driver (a light process doing nothing
+else) sends three heartbeats at once and times each answer:
 - ``flight_info``: the ``info`` action of B's Flight server (what C's heartbeats were);
 - ``control_ping``: the ``ping`` action of B's control server (what the old crash driver pinged);
 - ``responder``: B's heartbeat responder process (``spark_jobs.ha.heartbeat``).
@@ -31,8 +32,7 @@ from typing import Any
 from spark_jobs.ha.heartbeat import HeartbeatClient, port_of
 from spark_jobs.ha.spark_control import ActionClient
 from spark_jobs.ha.spark_host import BUCKET_S, first_bucket, generator
-from spark_jobs.ha.spark_partition import SparkPartitionTimings
-from spark_jobs.ha.spark_stage import Processes, fragment_plan
+from spark_jobs.ha.spark_stage import Processes, StageTimings, fragment_plan
 from spark_jobs.runtime.transport import StreamClient
 
 PATHS = ("flight_info", "control_ping", "responder")
@@ -72,7 +72,7 @@ def _summary(values: list[float | None]) -> dict[str, Any]:
 
 
 def measure(workdir: Path, seconds: float) -> dict[str, Any]:
-    t = SparkPartitionTimings()
+    t = StageTimings()
     gen = generator(t.seed, t.rate)
     first = first_bucket(gen)
     procs = Processes(workdir)

@@ -24,8 +24,8 @@ The responder:
   end of file, i.e. as soon as the host process is gone however it died (SIGKILL included), and
   also asks the kernel for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``) as a second line;
   being in the host's session, a kill of the session takes it too;
-- answers on its own TCP port; ``spark_partition`` puts that port behind a fault proxy that is
-  cut and healed with the data link's (one cable, two ports), so a cut silences it too;
+- answers on its own TCP port; the retired ``spark_partition`` driver put that port behind a
+  fault proxy cut and healed with the data link's (one cable, two ports), so a cut silenced it;
 - holds a lease the host renews by writing to the pipe every ``TICK_S``: a host process that is
   alive but hung for longer than ``lease_s`` (far beyond any stall measured, which is below a
   second) is no longer answered for, so the detector sees it as failed, only later;

@@ -1,5 +1,10 @@
-"""The HA scenarios: real processes, real sockets, real faults; each ends with the check that
+"""A plain-Python model of the HA scenarios: DPC node processes (``spark_jobs.ha.node``) over
+real sockets with real faults, no Spark and no registry agents; each ends with the check that
 the final stable output equals the failure-free output, and writes ``report.json``.
+
+A model, not the product: ``fedload demo --scenario partition|tentative|crash`` runs the
+product's own processes (``spark_jobs/scenarios/``); this one runs with ``--engine python``, and
+the tests that use it check the DPC rules on small, fast timings.
 
 - ``partition`` (the Borealis partition demonstration): A feeds B and its replica R, C consumes
   B. The link B-C is cut (packets dropped); C's failure detector notices, C switches to R and
@@ -45,10 +50,6 @@ from spark_jobs.runtime.coordinator import InMemoryCoordinator, MovementCoordina
 
 SCENARIOS = ("partition", "tentative", "crash")
 TECHNIQUES = ("upstream_backup", "passive_standby", "active_standby")
-# "spark": the fragments as Spark streaming queries (spark_jobs.ha.spark_partition,
-# spark_tentative). The crash scenario on Spark runs through the product instead.
-ENGINES = ("python", "spark")
-SPARK_SCENARIOS = ("partition", "tentative")
 
 
 @dataclass(frozen=True)
@@ -265,7 +266,7 @@ def run_partition(t: Timings, workdir: Path) -> dict[str, Any]:
         bc.cut(t.cut_mode)  # type: ignore[arg-type]
         failure_at = cluster.now_ms()
         cluster.sleep_until(t.fail_at_ms + t.fail_for_ms)
-        # Before the heal: traffic may flow from the moment heal() begins (see spark_partition).
+        # Before the heal: traffic may flow from the moment heal() begins (a heal is not atomic).
         heal_at = cluster.now_ms()
         bc.heal()
         _wait_until_settled(cluster, ["C"], t)
@@ -559,41 +560,20 @@ def run_crash(
     }
 
 
-def _run_on_spark(name: str, report_dir: Path, t: Timings) -> dict[str, Any]:
-    # Imported here: the python engine must not pay for (or need) Spark.
-    if name == "partition":
-        from spark_jobs.ha import spark_partition
-
-        return spark_partition.run(report_dir, spark_partition.timings_like(t))
-    from spark_jobs.ha import spark_tentative
-
-    return spark_tentative.run(report_dir, spark_tentative.timings_like(t))
-
-
 def run(
     name: str,
     report_dir: Path,
     timings: Timings | None = None,
     *,
     techniques: Sequence[str] = TECHNIQUES,
-    engine: str = "python",
 ) -> dict[str, Any]:
     """Run a scenario, write ``report_dir/report.json``; the report's ``ok`` says all passed."""
     if name not in SCENARIOS:
         raise ValueError(f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}")
-    if engine not in ENGINES:
-        raise ValueError(f"engine {engine!r} does not run {name!r}; choose {' or '.join(ENGINES)}")
-    if engine == "spark" and name not in SPARK_SCENARIOS:
-        raise ValueError(
-            f"engine 'spark' does not run {name!r} here: the crash scenario on Spark runs through "
-            "the product (fedload demo --scenario crash, spark_jobs/scenarios/crash.py)"
-        )
     t = timings or Timings()
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
-    if engine == "spark":
-        report = _run_on_spark(name, report_dir, t)
-    elif name == "partition":
+    if name == "partition":
         report = run_partition(t, report_dir / "nodes")
     elif name == "tentative":
         report = run_tentative(t, report_dir / "nodes")
@@ -611,6 +591,7 @@ def run(
         report["checks"]["output_matches_reference"] = all(
             r["checks"]["output_matches_reference"] for r in runs.values()
         )
+    report["engine"] = "python model"
     report["timings"] = asdict(t)
     report["ok"] = all(report["checks"].values())
     (report_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))
@@ -618,7 +599,6 @@ def run(
 
 
 __all__ = [
-    "ENGINES",
     "SCENARIOS",
     "TECHNIQUES",
     "Timings",

@@ -208,7 +208,7 @@ def _cut_and_heal(
     times["failure_at"] = time.time()
     if stop.wait(max(0.0, heal_at - time.time())):
         return
-    # Before the heal: traffic may flow from the moment heal() begins (see spark_partition).
+    # Before the heal: traffic may flow from the moment heal() begins (a heal is not atomic).
     times["heal_at"] = time.time()
     proxy.heal()
 

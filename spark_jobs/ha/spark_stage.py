@@ -1,7 +1,7 @@
-"""The processes of the Spark HA scenarios run outside the product (``spark_partition``, and
-``bench/ha/heartbeat_starvation``): a producer and Spark hosts (``spark_host``), each the leader
-of its own session, spawned ahead so that their JVMs boot in parallel, and the failure-free
-reference computed on the backup host meanwhile.
+"""The processes of the Spark HA runs outside the product (``bench/ha/heartbeat_starvation``;
+the retired ``spark_partition`` driver used them too): a producer and Spark hosts
+(``spark_host``), each the leader of its own session, spawned ahead so that their JVMs boot
+in parallel, and the failure-free reference computed on the backup host meanwhile.
 
 The crash scenario on Spark runs through the product (``fedload demo --scenario crash``,
 ``spark_jobs/scenarios/crash.py``); these are what its old driver shared with the others.

@@ -16,9 +16,11 @@ the contract's ``max_delay_seconds``, SOutput's UNDO/corrections/REC_DONE, check
 - It answers ``dpc_state`` on the agent's endpoint (scope: read of its log) with its node
   state, which is what a consumer ranks replicas by.
 
-Its clock is the wall clock mapped onto the sources' stime: at start, "now" is set to the first
-input's boundary (a live producer closes a bucket as its second ends), so a bucket is released
-TENTATIVE once its end is more than the budget behind the wall clock without every BOUNDARY. A
+Its clock is the wall clock mapped onto the sources' stime: at start, "now" is set to the
+slowest input's boundary (a live producer closes a bucket as its second ends; sources in
+different agents started at different moments), so a bucket is released TENTATIVE once its end
+is more than the budget behind the wall clock without every BOUNDARY. The budget adapts to the
+batch time but stays at least half of X, and the deadlines of its calls derive from X. A
 copy starts from empty state at the next window start after the input's newest bucket (as a
 ``gap`` start): every window it emits from there is whole, and equal to the primary's.
 
@@ -40,6 +42,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from app.availability.states import NodeState
+from app.availability.tuples import Kind
 from app.dataplane.streams import replica_stream
 from app.participant.failover import Keep, align_up, window_span
 from app.participant.ports import TaskRecord
@@ -61,6 +64,22 @@ TECHNIQUE = "active_standby"
 DEFAULT_MAX_DELAY_S = 3.0
 POLL_EVERY_S = 0.2
 INFO_TIMEOUT_S = 2.0
+# The adaptive budget's floor, as a share of X (DPCSettings.min_budget_share): half of X. Seen
+# without it at loads of 36-65: batches of 2-3 s took the budget to zero, every late bucket of
+# a partner's source became a failure, and the redo met tentative input again and again.
+MIN_BUDGET_SHARE = 0.5
+# The source's planning-path boundary query waits this share of X at most (its default of
+# 250 ms failed healthy calls to a partner on a loaded machine, each one "no news" for a
+# trigger): the tenth of X that Borealis leaves to processing.
+INFO_TIMEOUT_SHARE = 0.1
+MIN_INFO_TIMEOUT_MS = 250
+# The newest batches dpc_state tells of (two per second: a few minutes).
+STATE_BATCHES = 400
+
+
+def info_timeout_ms(max_delay_seconds: float) -> int:
+    """The source's boundary query deadline for a copy under X = ``max_delay_seconds``."""
+    return max(MIN_INFO_TIMEOUT_MS, round(INFO_TIMEOUT_SHARE * max_delay_seconds * 1000))
 
 
 def active_name(task: str) -> str:
@@ -164,11 +183,9 @@ class ActiveReplicas:
             return
         if not _primary_reads(spec, record.name):
             return  # its hold would let the producers trim what the primary has yet to read
-        first = spec.inputs[0]
-        with StreamClient(first.location, timeout=INFO_TIMEOUT_S) as producer:
-            boundary = producer.info(first.stream)["boundary"]
+        boundary = _slowest_boundary(spec)
         if boundary is None:
-            return  # the input has not closed a bucket yet: no clock to map, try next tick
+            return  # an input has not closed a bucket yet: no clock to map, try next tick
         bucket_ms = round(spec.bucket_seconds * 1000)
         offset_ms = round(time.time() * 1000) - int(boundary) * bucket_ms
         defaults = catalogue.PARAMETERS.get(record.fragment or "", {})
@@ -180,7 +197,11 @@ class ActiveReplicas:
         copy_spec = replace(spec, name=name, output=StreamRef(host.endpoint, stream))
         max_delay = float(k.max_delay_seconds or DEFAULT_MAX_DELAY_S)
         settings = DPCSettings(
-            max_delay_seconds=max_delay, clock_offset_ms=offset_ms, adaptive_budget=True
+            max_delay_seconds=max_delay,
+            clock_offset_ms=offset_ms,
+            adaptive_budget=True,
+            min_budget_share=MIN_BUDGET_SHARE,
+            info_timeout_ms=info_timeout_ms(max_delay),
         )
         registry = host.client
         task, me = record.name, host.name
@@ -274,11 +295,50 @@ class ActiveReplicas:
             "corrections": sink.rules.corrections_sent,
             "undos": sink.rules.undos_sent,
             "reconciliations": len(copy.dpc.reconciliations),
+            # When each reconciliation began (the permit granted) and switched (the UNDO sent),
+            # and the node's states with when it entered each: a scenario's report reads them.
+            "reconciled": [dict(r) for r in copy.dpc.reconciliations],
+            "history": [[state.value, at] for state, at in sink.history],
+            "rec_dones": sum(1 for _, m in sink.messages if m.kind is Kind.REC_DONE),
+            # Redo copies whose query died before the switch (started again after), and why
+            # the poller last failed for this task (a report shows them beside the state).
+            "redo_failures": copy.dpc.redo_failures,
+            "redo_paused_s": round(copy.dpc.redo_paused_s, 3),
+            "notes": [note for note in self.errors if copy.task in note][-5:],
+            "budget_ms": copy.dpc.budgets[-1][1] if copy.dpc.budgets else None,
+            "min_budget_ms": min((b for _, b in copy.dpc.budgets), default=None),
+            # The paper's latency at the node: per batch, one past its last input bucket, whether
+            # it went out tentative, and when; "now" on the copy's clock is wall ms - offset.
+            "clock_offset_ms": copy.dpc.settings.clock_offset_ms,
+            "batches": [
+                [b.end_bucket, b.tentative, b.sent_at]
+                for b in sink.batches[-STATE_BATCHES:]
+                if b.end_bucket is not None
+            ],
         }
 
     def _note(self, message: str) -> None:
         log.warning("%s", message)
         self.errors = [*self.errors[-49:], message]
+
+
+def _slowest_boundary(spec: FragmentSpec) -> int | None:
+    """The smallest boundary among the inputs (None if one has closed no bucket yet).
+
+    The copy's clock is mapped from it: sources in different agents start publishing at
+    different moments, so their stimes stand apart by that much for good. Mapped from a faster
+    one, the clock runs ahead of the slower input by the gap, and once the gap passes the budget
+    every bucket goes tentative without any failure (the slower input is merely as late as it
+    always was). Mapped from the slowest, a bucket is due when every input, at its own pace,
+    should have closed it."""
+    found: list[int] = []
+    for ref in spec.inputs:
+        with StreamClient(ref.location, timeout=INFO_TIMEOUT_S) as producer:
+            boundary = producer.info(ref.stream)["boundary"]
+        if boundary is None:
+            return None
+        found.append(int(boundary))
+    return min(found)
 
 
 def _primary_reads(spec: FragmentSpec, task: str) -> bool:

@@ -127,16 +127,37 @@ class DPCSettings:
     # On: a redo copy yields to the serving query (DPCFragment.yield_redo): it plans no new
     # batch while a serving batch runs or a bucket that ended less than X ago waits to be sent.
     redo_yields: bool = True
+    # The adaptive budget never drops below this share of X. When batches take most of X,
+    # X cannot hold for stable output either, and a budget near zero only turns every late
+    # input (a producer's scheduling hiccup on a loaded machine) into a failure whose
+    # reconciliation loads the machine further. 0: no floor.
+    min_budget_share: float = 0.0
+    # The deadline of the source's per-trigger boundary query on the planning path (option
+    # ``info_timeout_ms``; None: the source's own default).
+    info_timeout_ms: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_delay_seconds <= 0:
             raise ValueError(
                 f"DPCSettings.max_delay_seconds must be positive, got {self.max_delay_seconds}"
             )
+        if not 0 <= self.min_budget_share <= BUDGET_SHARE:
+            raise ValueError(
+                f"DPCSettings.min_budget_share must be within [0, {BUDGET_SHARE}], "
+                f"got {self.min_budget_share}"
+            )
+        if self.info_timeout_ms is not None and self.info_timeout_ms <= 0:
+            raise ValueError(
+                f"DPCSettings.info_timeout_ms must be positive, got {self.info_timeout_ms}"
+            )
 
     @property
     def delay_budget_ms(self) -> int:
         return round(BUDGET_SHARE * self.max_delay_seconds * 1000)
+
+    @property
+    def min_budget_ms(self) -> int:
+        return round(self.min_budget_share * self.max_delay_seconds * 1000)
 
     def source_options(self, bucket_seconds: float) -> dict[str, str]:
         options = {
@@ -145,10 +166,25 @@ class DPCSettings:
             "delay_strategy": DelayStrategy(self.strategy).value,
             "clock_offset_ms": str(self.clock_offset_ms),
         }
+        if self.info_timeout_ms is not None:
+            options["info_timeout_ms"] = str(self.info_timeout_ms)
         if self.clock is not None:
             options["clock_location"] = self.clock.location
             options["clock_stream"] = self.clock.stream
         return options
+
+
+def budget_for(settings: DPCSettings, durations_ms: list[int], trigger_ms: int) -> int:
+    """The adaptive delay budget: X minus the median recent batch and one trigger, within
+    [``min_budget_ms``, 0.9 X]; 0.9 X while no batch has been measured."""
+    cap = settings.delay_budget_ms
+    if not durations_ms:
+        return cap
+    # The median, not the max: the first batches of a query (and a redo's start) take seconds,
+    # and one of them would set the budget to nothing for ten batches.
+    typical = statistics.median(durations_ms)
+    spare = round(settings.max_delay_seconds * 1000 - typical - trigger_ms)
+    return max(settings.min_budget_ms, min(cap, spare))
 
 
 def offset_entry(checkpoint_dir: Path, batch_id: int) -> dict[str, Any] | None:
@@ -685,6 +721,11 @@ class DPCFragment:
         # Redo yielding: when the current pause began (None: not paused), seconds paused per redo.
         self._paused_since: float | None = None
         self.redo_paused_s = 0.0
+        # Since when a healed node has waited for a gap to start its redo in (None: not waiting),
+        # and the longest a redo yields at a time: X.
+        self._gap_since: float | None = None
+        self._yield_s = settings.max_delay_seconds
+        self._unpaused_until = 0.0
         # Redo copies whose query died before the switch (each was dropped and started again).
         self.redo_failures = 0
 
@@ -735,22 +776,15 @@ class DPCFragment:
 
     def adapt_budget(self) -> int:
         """Budget = X - (median of the serving query's last batches + one trigger), capped at
-        0.9 X: a bucket released at its deadline then leaves within X even on a busy machine.
+        0.9 X (and at least ``min_budget_share`` X): a bucket released at its deadline then
+        leaves within X even on a busy machine.
         Written for the source (option ``budget_file``) when it moves by 50 ms or more."""
-        cap = self.settings.delay_budget_ms
-        budget = cap
         try:
             progress = self.query().recentProgress[-10:]
         except KeyError:
             progress = []
         durations = [int(p["durationMs"].get("triggerExecution", 0)) for p in progress]
-        if durations:
-            trigger_ms = round(self.spec.trigger_seconds * 1000)
-            # The median, not the max: the first batches of a query (and a redo's start) take
-            # seconds, and one of them would set the budget to nothing for ten batches.
-            typical = statistics.median(durations)
-            spare = round(self.settings.max_delay_seconds * 1000 - typical - trigger_ms)
-            budget = max(0, min(cap, spare))
+        budget = budget_for(self.settings, durations, round(self.spec.trigger_seconds * 1000))
         if self._budget is None or abs(budget - self._budget) >= 50:
             self.store.write_budget(budget)
             self._budget = budget
@@ -785,8 +819,15 @@ class DPCFragment:
         makes more tentative rows. So the redo goes in the gaps: between serving batches, it
         plans its next one (up to ``max_buckets_per_batch`` buckets); a redo batch already
         running finishes, so the serving query shares the cores with at most one of them."""
-        paused = self.serving_needs_cores()
         now = time.time()
+        # Yield for X at most at a time: on a machine where every serving batch takes most of a
+        # bucket there is no gap at all, and a redo that only ever yields never catches up (the
+        # copy stayed UP_FAILURE for good at load 10). Past X it plans one batch, then yields
+        # again.
+        if self._paused_since is not None and now - self._paused_since > self._yield_s:
+            # Two triggers unpaused: time for the redo's source to plan its next batch.
+            self._unpaused_until = now + 2 * self.spec.trigger_seconds
+        paused = now >= self._unpaused_until and self.serving_needs_cores()
         if paused and self._paused_since is None:
             self._paused_since = now
         elif not paused and self._paused_since is not None:
@@ -811,13 +852,23 @@ class DPCFragment:
                 self._permit = False
                 self._release(self.spec.name)
             if not self.healed():
+                self._gap_since = None
                 return False
-            if self.settings.redo_yields and self.serving_needs_cores():
+            now = time.time()
+            if self._gap_since is None:
+                self._gap_since = now
+            if (
+                self.settings.redo_yields
+                and now - self._gap_since <= self._yield_s
+                and self.serving_needs_cores()
+            ):
                 # Start the redo in a gap too: starting a query (its source's Python worker,
-                # the checkpoint) costs a second or two of CPU on the same cores.
+                # the checkpoint) costs a second or two of CPU on the same cores. For X at most:
+                # a loaded machine may have no gap (see yield_redo).
                 return False
             if not self._request(self.spec.name):
                 return False
+            self._gap_since = None
             self._permit = True
             self.begin_redo()
             return True

@@ -27,33 +27,40 @@ import json
 import secrets
 import statistics
 import tempfile
-import threading
 import time
-from collections.abc import Hashable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow.flight as flight
 from rich.console import Console
 
-from app.availability.consumer import ReplicaConsumer, ReplicaStatus, Row
-from app.availability.detector import FailureDetector, PeerStatus
+from app.availability.consumer import Row
+from app.availability.detector import PeerStatus
 from app.availability.states import NodeState
-from app.dataplane.streams import output_stream, replica_stream
-from app.dataplane.tokens import READ, Grant
+from app.dataplane.streams import output_stream
 from app.federation.document import load_federation
 from app.participant.client import FedloadClient
 from spark_jobs.ha.faultproxy import CutMode, FaultProxy
-from spark_jobs.runtime.dataplane import TokenSource, registry_tokens
+from spark_jobs.runtime.dataplane import registry_tokens
 from spark_jobs.runtime.transport import StreamClient
 from spark_jobs.scenarios.harness import running, wait_until
 from spark_jobs.scenarios.processes import AgentSettings, Placement, ProcessFederation
+from spark_jobs.scenarios.replicas import (
+    Consumer,
+    FlightLink,
+    ReplicaPair,
+    dpc_state,
+    location,
+    port,
+    rows,
+    start_active_replica,
+)
 
 FEDERATION = Path(__file__).with_name("partition-federation.yaml")
 OWNER, HOLDER, TASK, SOURCE = "O", "T", "O.x", "O.conns"
 WINDOW_S = 4  # O.x's window in partition-federation.yaml
-REPLICAS = (OWNER, HOLDER)
+PAIR = ReplicaPair(TASK, OWNER, HOLDER, WINDOW_S)
+REPLICAS = PAIR.names
 
 
 @dataclass(frozen=True)
@@ -77,196 +84,6 @@ class PartitionOptions:
     reference_timeout_s: float = 180.0
 
 
-def _rows(reader: flight.FlightStreamReader) -> list[Row]:
-    return [tuple(r.values()) for r in reader.read_all().to_pylist()]
-
-
-def dpc_state(client: StreamClient, stream: str) -> dict[str, Any]:
-    """An active replica's DPC state, asked of the agent that writes ``stream``."""
-    found: dict[str, Any] = client.call(
-        "dpc_state", Grant(frozenset({READ}), stream=stream), stream=stream
-    )
-    return found
-
-
-class FlightLink:
-    """The consumer's end of its link to one copy of the stream: every call has a deadline,
-    because across a dropped link one without would wait for the heal."""
-
-    def __init__(self, location: str, stream: str, tokens: TokenSource, timeout: float) -> None:
-        self.location, self.stream = location, stream
-        self._tokens, self._timeout = tokens, timeout
-        self._client: StreamClient | None = None
-
-    def _get(self) -> StreamClient:
-        if self._client is None:
-            self._client = StreamClient(self.location, timeout=self._timeout, tokens=self._tokens)
-        return self._client
-
-    def drop(self) -> None:
-        # A failed call drops the channel: gRPC keeps a broken one in back-off past the heal.
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-
-    def boundary(self) -> int | None:
-        try:
-            found = self._get().info(self.stream)["boundary"]
-        except flight.FlightError:
-            self.drop()
-            raise
-        return None if found is None else int(found)
-
-    def read(self, lo: int, hi: int) -> Sequence[Row]:
-        try:
-            return _rows(self._get().read(self.stream, lo, hi))
-        except flight.FlightError:
-            self.drop()
-            raise
-
-    def state(self) -> NodeState:
-        try:
-            return NodeState(dpc_state(self._get(), self.stream)["state"])
-        except flight.FlightError:
-            self.drop()
-            raise
-
-    def close(self) -> None:
-        self.drop()
-
-
-class Consumer:
-    """Runs the one consumer rule over Flight links: a heartbeat thread per copy (the detector's
-    pings: ``info`` on the copy's log, each waited for to the end of the window) and a read
-    loop (each copy's state and boundary, the choice, then complete buckets from the chosen)."""
-
-    def __init__(
-        self,
-        links: dict[str, FlightLink],
-        pings: dict[str, FlightLink],
-        dpc: set[str],
-        heartbeat_s: float,
-        misses: int,
-    ) -> None:
-        self.links, self.pings, self.dpc = links, pings, dpc
-        self.names = tuple(links)
-        self.rule = ReplicaConsumer(output_stream(TASK), self.names, next_bucket=0)
-        self.interval = heartbeat_s
-        self.detector = FailureDetector(time.monotonic, interval=heartbeat_s, misses=misses)
-        # Per delivered row's key: when the consumer first had it; the keys of the first read
-        # (the log's backlog, not live latency).
-        self.first_seen: dict[Hashable, float] = {}
-        self.first_pull_done = False
-        self.backlog: set[Hashable] = set()
-        self.heard_at: dict[str, list[float]] = {n: [] for n in self.names}
-        self.back_at: dict[str, list[float]] = {n: [] for n in self.names}
-        self.status_log: list[dict[str, Any]] = []
-        self.states: dict[str, str | None] = dict.fromkeys(self.names)
-        self.switch_times: list[float] = []
-        self.read_errors = dict.fromkeys(self.names, 0)
-        self.errors: list[str] = []
-        self._status: dict[str, PeerStatus] = {}
-        # The last status read of each copy, and whether the detector has it suspect now.
-        self.known: dict[str, ReplicaStatus] = {}
-        self.suspect: dict[str, bool] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._heartbeats, args=(n,), daemon=True) for n in self.names
-        ]
-        self._threads.append(threading.Thread(target=self._read_loop, daemon=True))
-
-    def start(self) -> None:
-        with self._lock:
-            for name in self.names:
-                self.detector.watch(name)
-        for thread in self._threads:
-            thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=10)
-        for link in (*self.links.values(), *self.pings.values()):
-            link.close()
-
-    def _heartbeats(self, name: str) -> None:
-        link = self.pings[name]
-        while not self._stop.wait(self.interval / 10):
-            with self._lock:
-                due = self.detector.should_ping(name)
-            if not due:
-                continue
-            try:
-                link.boundary()
-            except flight.FlightError:
-                with self._lock:
-                    self.detector.missed(name)
-                continue
-            with self._lock:
-                if self.detector.failed(name):
-                    self.back_at[name].append(time.time())
-                self.detector.heard(name)
-                self.heard_at[name].append(time.time())
-
-    def _statuses(self) -> list[ReplicaStatus]:
-        now = time.time()
-        out = []
-        for name in self.names:
-            with self._lock:
-                status = self.detector.status(name)
-                if self._status.get(name) != status and status in (
-                    PeerStatus.FAILED,
-                    PeerStatus.ALIVE,
-                ):
-                    self.status_log.append({"replica": name, "status": str(status), "at": now})
-                    self._status[name] = status
-            reachable = status is not PeerStatus.FAILED
-            known = self.known.get(name)
-            state = None if known is None else known.state
-            boundary = None if known is None else known.boundary
-            if status is PeerStatus.SUSPECT:
-                # Silent past the window, not yet verified failed: keep what was known and do
-                # not wait on its link (a call across a partition would stall the loop; only
-                # the detector decides that it failed).
-                pass
-            elif reachable:
-                link = self.links[name]
-                try:
-                    # The primary runs a plain query: its output is stable whenever it is read.
-                    state = link.state() if name in self.dpc else NodeState.STABLE
-                    boundary = link.boundary()
-                except flight.FlightError:
-                    self.read_errors[name] += 1
-            self.states[name] = None if state is None else state.value
-            self.known[name] = ReplicaStatus(name, state, reachable, boundary)
-            self.suspect[name] = status is PeerStatus.SUSPECT
-            out.append(self.known[name])
-        return out
-
-    def _read_loop(self) -> None:
-        while not self._stop.wait(0.1):
-            try:
-                switch = self.rule.choose(self._statuses(), time.time())
-                if switch is not None:
-                    self.switch_times.append(switch.at)
-                before = set(self.rule.delivered)
-                if not self.suspect.get(self.rule.current):
-                    self.rule.pull(self.links)
-                now = time.time()
-                fresh = [k for k in self.rule.delivered if k not in before]
-                for key in fresh:
-                    self.first_seen[key] = now
-                    if not self.first_pull_done:
-                        self.backlog.add(key)
-                if fresh:
-                    self.first_pull_done = True
-            except flight.FlightError:
-                self.read_errors[self.rule.current] += 1
-            except Exception as error:
-                self.errors.append(f"{type(error).__name__}: {error}")
-
-
 def run_partition(options: PartitionOptions, console: Console | None = None) -> dict[str, Any]:
     console = console or Console()
     doc = load_federation(FEDERATION)
@@ -285,72 +102,38 @@ def run_partition(options: PartitionOptions, console: Console | None = None) -> 
         return _run(options, console, fed, admin)
 
 
-def _location(admin: FedloadClient, participant: str) -> str:
-    found = admin.endpoint(participant)
-    if found is None:
-        raise LookupError(f"{participant} has reported no endpoint yet")
-    return found
-
-
-def _port(location: str) -> int:
-    return int(location.rsplit(":", 1)[1])
-
-
 def _run(
     options: PartitionOptions, console: Console, fed: ProcessFederation, admin: FedloadClient
 ) -> dict[str, Any]:
     # The operator's read tokens (the agents' endpoints refuse calls without one).
     tokens = registry_tokens(admin)
-    fed.client(OWNER)._call(
-        "POST", f"/v1/tasks/{TASK}/replicas", json={"k": 1, "technique": "active_standby"}
-    )
-    streams = {OWNER: output_stream(TASK), HOLDER: replica_stream(TASK, HOLDER)}
+    streams = PAIR.streams
 
-    def info(name: str) -> dict[str, Any]:
-        with StreamClient(_location(admin, name), timeout=5.0, tokens=tokens) as client:
-            return client.info(streams[name])
-
-    def holder_state() -> dict[str, Any]:
-        with StreamClient(_location(admin, HOLDER), timeout=5.0, tokens=tokens) as client:
-            return dpc_state(client, streams[HOLDER])
+    def source_end() -> int:
+        with StreamClient(location(admin, OWNER), timeout=5.0, tokens=tokens) as client:
+            return int(client.info(output_stream(SOURCE))["boundary"] or 0)
 
     with console.status("O runs O.x; T starts its active replica and catches up ..."):
-        wait_until(
-            "O.x to write output at O", lambda: info(OWNER)["rows"] > 0, options.startup_timeout_s
-        )
-
-        def replica_caught_up() -> bool:
-            state = holder_state()
-            boundary = info(HOLDER)["boundary"]
-            # Past its first whole window, and STABLE.
-            return (
-                state["state"] == NodeState.STABLE.value
-                and boundary is not None
-                and boundary > int(state["replay_from"]) + WINDOW_S
-                and info(HOLDER)["rows"] > 0
-            )
-
-        wait_until(
-            "T's active replica to write stable output",
-            replica_caught_up,
+        start_active_replica(
+            PAIR,
+            fed.client(OWNER),
+            lambda name: location(admin, name),
+            tokens,
+            source_end,
             options.startup_timeout_s,
         )
 
-        def source_end() -> int:
-            with StreamClient(_location(admin, OWNER), timeout=5.0, tokens=tokens) as client:
-                return int(client.info(output_stream(SOURCE))["boundary"] or 0)
+    def holder_state() -> dict[str, Any]:
+        with StreamClient(location(admin, HOLDER), timeout=5.0, tokens=tokens) as client:
+            return dpc_state(client, streams[HOLDER])
 
-        def primary_caught_up() -> bool:
-            # O starts on its source's whole log (its Spark took a minute to start, the source
-            # published meanwhile): latencies before the cut mean something only once it has
-            # worked through that backlog, to within two windows of the source.
-            return (info(OWNER)["boundary"] or 0) >= source_end() - 2 * WINDOW_S
+    def info(name: str) -> dict[str, Any]:
+        with StreamClient(location(admin, name), timeout=5.0, tokens=tokens) as client:
+            return client.info(streams[name])
 
-        with contextlib.suppress(TimeoutError):
-            wait_until("O to work through its source's backlog", primary_caught_up, 120, every=1.0)
     processes = fed.processes()
-    locations = {name: _location(admin, name) for name in REPLICAS}
-    proxies = {name: FaultProxy(_port(locations[name])) for name in REPLICAS}
+    locations = {name: location(admin, name) for name in REPLICAS}
+    proxies = {name: FaultProxy(port(locations[name])) for name in REPLICAS}
     window = options.heartbeat_s * options.misses
 
     def links(timeout: float) -> dict[str, FlightLink]:
@@ -362,7 +145,12 @@ def _run(
     # Data calls wait one heartbeat interval at most (a slow answer is a read error, retried;
     # only the detector's pings, which wait to the end of the window, decide a failure).
     consumer = Consumer(
-        links(options.heartbeat_s), links(window), {HOLDER}, options.heartbeat_s, options.misses
+        streams[OWNER],
+        links(options.heartbeat_s),
+        links(window),
+        {HOLDER},
+        options.heartbeat_s,
+        options.misses,
     )
     # Where the sources' stime stands on the wall clock: O's source closes a bucket as its
     # second ends, so now - its boundary maps stime onto wall time (for latencies only).
@@ -413,14 +201,14 @@ def _run(
     with StreamClient(locations[OWNER], tokens=tokens) as client:
         o_boundary = client.info(streams[OWNER])["boundary"]
         upto = min(read_upto, int(o_boundary or 0))
-        reference = sorted(_rows(client.read(streams[OWNER], -(2**62), upto)))
+        reference = sorted(rows(client.read(streams[OWNER], -(2**62), upto)))
     replay_from = int(final_state["replay_from"])
     with StreamClient(locations[HOLDER], tokens=tokens) as client:
         t_boundary = client.info(streams[HOLDER])["boundary"]
         both = min(b for b in (o_boundary, t_boundary) if b is not None)
-        t_rows = sorted(_rows(client.read(streams[HOLDER], replay_from + 1, both)))
+        t_rows = sorted(rows(client.read(streams[HOLDER], replay_from + 1, both)))
     with StreamClient(locations[OWNER], tokens=tokens) as client:
-        o_rows = sorted(_rows(client.read(streams[OWNER], replay_from + 1, both)))
+        o_rows = sorted(rows(client.read(streams[OWNER], replay_from + 1, both)))
     report = _report(
         options,
         consumer,

@@ -2,7 +2,7 @@
 fragment reading both, the failure-free reference, and the inputs of a failure of b.
 
 Imported by test_spark_dpc.py, test_spark_dpc_restart.py (whose child process builds the spec
-from locations alone) and test_spark_tentative.py; the ``dpc_servers`` fixture is in conftest.
+from locations alone) and test_sunion_cut_link.py; the ``dpc_servers`` fixture is in conftest.
 """
 
 from __future__ import annotations

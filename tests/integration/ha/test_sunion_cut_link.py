@@ -1,12 +1,11 @@
-"""A REAL cut link into a Spark DPC fragment: the SUnion source survives it, and the
-``tentative`` scenario runs on Spark.
+"""A REAL cut link into a Spark DPC fragment's source: the SUnion source survives it.
 
-The first test drives the source directly (no Spark, an injected clock) with input b behind a
-FaultProxy: a batch planned before the cut reads after it (from the spool), latestOffset keeps
-answering while b is unreachable and releases tentatively after the budget, the tentative
-range is computed from what is reachable, and the spool is trimmed where the producers are.
-The second runs the whole scenario (live producers, wall clock, Spark, the proxy cut then
-healed) and checks the final stable output against a failure-free run of the same input.
+The source is driven directly (no Spark, an injected clock) with input b behind a FaultProxy: a
+batch planned before the cut reads after it (from the spool), latestOffset keeps answering while
+b is unreachable and releases tentatively after the budget, the tentative range is computed from
+what is reachable, and the spool is trimmed where the producers are. The whole tentative story
+(Spark, agents, the consumer) runs through the product in
+``tests/integration/participant/test_agent_tentative.py``.
 """
 
 from __future__ import annotations
@@ -15,10 +14,8 @@ import json
 import time
 
 import pyarrow as pa
-import pytest
 
 from spark_jobs.fragments import CONNECTION_SCHEMA
-from spark_jobs.ha import spark_tentative
 from spark_jobs.ha.faultproxy import FaultProxy
 from spark_jobs.runtime import StreamClient, StreamRef, publish
 from spark_jobs.runtime.dpc import DPCSettings
@@ -123,25 +120,3 @@ def test_source_reads_and_releases_through_a_cut_link(dpc_servers, tmp_path) -> 
             reader.stop()
             for client in (clock, a, b):
                 client.close()
-
-
-@pytest.mark.spark
-def test_tentative_scenario_on_spark_with_a_cut_link(spark, tmp_path) -> None:
-    # A failure well past the budget (2.7 s): several buckets go out tentatively.
-    timings = spark_tentative.SparkTentativeTimings(fail_for_s=6, cut_mode="drop")
-    report = spark_tentative.run(tmp_path, timings, spark=spark)
-    assert json.loads((tmp_path / "report.json").read_text()) == json.loads(
-        json.dumps(report, default=str)
-    )
-    assert report["scenario"] == "tentative"
-    assert report["checks"]["output_matches_reference"], report["difference"]
-    assert report["reference_rows"] > 0
-    assert report["tentative_before_heal"] > 0, "results must keep coming during the cut"
-    assert report["tentative_tuples"] >= report["tentative_before_heal"]
-    assert report["corrections"] > 0
-    assert report["undos"] >= 1
-    assert report["rec_dones"] >= 1
-    assert report["checks"]["corrected_after_heal"]
-    assert report["final_state"] == "STABLE"
-    assert report["failure_at_ms"] < report["heal_at_ms"]
-    assert report["stabilizations"]["C"], "reconciliation happened after the heal"

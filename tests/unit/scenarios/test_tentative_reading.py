@@ -1,0 +1,82 @@
+"""What the tentative scenario reads, without agents: a DPC copy's companion stream over Flight
+(as the copy's sink writes it) followed by the one consumer rule, and the paper's latency per
+input bucket from the copy's batch records."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.availability.consumer import ReplicaConsumer
+from app.availability.tuples import Kind, Row
+from spark_jobs.runtime.dpc import DPCOutput
+from spark_jobs.runtime.transport import StreamClient, StreamServer
+from spark_jobs.scenarios.replicas import FlightCompanion
+from spark_jobs.scenarios.tentative import node_latencies
+
+LOG = "O.x.out@T"
+
+
+@pytest.fixture
+def server() -> Iterator[StreamServer]:
+    server = StreamServer()
+    yield server
+    server.shutdown()
+
+
+def test_the_companion_reads_what_the_copy_sent_in_order_and_the_consumer_follows_it(
+    server: StreamServer, tmp_path: Path
+) -> None:
+    companion = FlightCompanion(server.location, LOG, None, 5.0)
+    # Nothing sent yet: the copy declares its companion at its first batch.
+    assert companion.messages(-1) == []
+    sink = DPCOutput(server.location, LOG, 0, tmp_path / "frag")
+    consumer = ReplicaConsumer("O.x.out", ("T",), next_bucket=0)
+    with StreamClient(server.location) as client:
+        client.declare(f"{LOG}.dpc", 1.0)
+        sink._send(client, sink.rules.tentative([Row(2000, "a"), Row(3000, "b")]))
+        first = consumer.follow({"T": companion})
+        assert [r.tid for r in first.tentative] == ["a", "b"]
+        assert [r.tid for r in consumer.tentative] == ["a", "b"]
+        sink._send(client, sink.rules.begin_corrections())
+        sink._send(client, sink.rules.stable([Row(2000, "a2"), Row(3000, "b2")]))
+        sink._send(client, sink.rules.rec_done())
+    sent = companion.messages(1)
+    assert [s.seq for s in sent] == [2, 3, 4, 5]
+    assert [s.message.kind for s in sent] == [
+        Kind.UNDO,
+        Kind.STABLE,
+        Kind.STABLE,
+        Kind.REC_DONE,
+    ]
+    assert sent[1].message.row == Row(2000, "a2")
+    second = consumer.follow({"T": companion})
+    assert (second.undos, second.undone, second.corrections, second.rec_dones) == (1, 2, 2, 1)
+    assert consumer.tentative == []
+    # Read again: nothing new.
+    assert consumer.follow({"T": companion}).tentative == ()
+    assert companion.messages(5) == []
+    companion.close()
+
+
+def test_node_latency_is_first_processing_of_each_bucket_after_its_end() -> None:
+    offset_s = 1000.0
+    holder = {
+        "clock_offset_ms": round(offset_s * 1000),
+        "batches": [
+            # One past the last bucket, tentative, sent at (wall seconds).
+            [11, False, offset_s + 11.5],
+            [13, True, offset_s + 15.5],
+            # A redo's batch sent at the switch: those buckets were processed already.
+            [13, False, offset_s + 20.0],
+            [14, False, offset_s + 21.0],
+        ],
+    }
+    found = node_latencies(holder)
+    assert found[10] == pytest.approx((0.5, False))
+    assert found[11] == pytest.approx((3.5, True))
+    assert found[12] == pytest.approx((2.5, True))
+    assert found[13] == pytest.approx((7.0, False))
+    assert sorted(found) == [10, 11, 12, 13]
