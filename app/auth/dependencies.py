@@ -17,6 +17,7 @@ from app.auth.key_cache import KeyCache
 from app.auth.keys import admin_for_key, hash_api_key
 from app.auth.principal import Principal, admin_named
 from app.db.base import utcnow
+from app.db.session import reading_session
 from app.errors import Forbidden, Unauthorized
 from app.models import Participant, ParticipantStatus
 from app.participants import repository as participants
@@ -40,7 +41,15 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
     (``app/api_route.py``), and the session is only closed here. Otherwise the commit (or the
     rollback) and the connection's return go to a thread here, shielded so that a cancelled
     request still gives its connection back to the pool."""
-    session: Session = request.app.state.session_factory()
+    factory = request.app.state.session_factory
+    # A GET of the API's routers reads outside a transaction until it needs one (PostgreSQL).
+    reads = getattr(request.app.state, "autocommit_reads", None)
+    route = request.scope.get("route")
+    session: Session = (
+        reading_session(factory, reads)
+        if reads is not None and getattr(route, "reads_first", False)
+        else factory()
+    )
     try:
         yield session
     except BaseException:
