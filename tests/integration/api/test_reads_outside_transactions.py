@@ -154,3 +154,23 @@ def test_a_list_redone_in_a_transaction_answers_with_one_set_of_headers(
     assert [(c["id"], c["status"]) for c in rest.json()] == [(ids[2], "proposed")]
     for contract_id in ids[:2]:
         assert audit_actions(settings, contract_id) == ["contract.proposed", "contract.expired"]
+
+
+def test_a_contract_read_as_a_row_answers_as_the_object_did(abc: Api, settings: Settings) -> None:
+    """The reads answer from rows of the contracts table (``repository.get_row``,
+    ``page_rows``); the write that follows a read answers from the ORM object: both alike."""
+    contract = abc.propose(
+        "A",
+        "B",
+        ends_at="2031-01-01T00:00:00Z",
+        availability={"recovery": "precise", "max_delay_seconds": 3, "replica_hosting": True},
+    )
+    path = f"/v1/contracts/{contract['id']}"
+    countered = abc.post("B", f"{path}/counter", {"version": 1, "price_min": 0.9}).json()
+    assert abc.get("A", path).json() == countered
+    assert abc.get("admin", path).json() == countered
+    assert abc.get("A", "/v1/contracts").json() == [countered]
+    assert abc.get("B", "/v1/contracts?status=countered").json() == [countered]
+    assert abc.get("B", "/v1/contracts?status=active").json() == []
+    assert abc.get("C", path).status_code == 404
+    assert abc.get("C", "/v1/contracts").json() == []
