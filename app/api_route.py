@@ -27,7 +27,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.routing import APIRoute
 from sqlalchemy.orm import Session
@@ -35,11 +35,35 @@ from starlette._utils import get_route_path
 from starlette.routing import Match
 from starlette.types import Scope
 
+from app.db.session import TRANSACTION_BIND, NeedsTransaction, in_transaction_from_now
+
 
 def finish_after(
     endpoint: Callable[..., Any], session: Session, args: Any, kwargs: dict[str, Any]
 ) -> Any:
-    """Run ``endpoint``, then commit ``session`` (or roll it back if either step raised)."""
+    """Run ``endpoint``, then commit ``session`` (or roll it back if either step raised).
+
+    A GET's session starts outside a transaction (``app.db.session.autocommit_reads``): should
+    the endpoint, or its commit, need to write (a contract found past its term is expired by
+    the read that finds it), the work is done again from the start, in a transaction. The
+    answer's headers are those of the second run only."""
+    if TRANSACTION_BIND not in session.info:
+        return _run_and_commit(endpoint, session, args, kwargs)
+    response = _response_in(kwargs)
+    headers = None if response is None else (list(response.raw_headers), response.status_code)
+    try:
+        return _run_and_commit(endpoint, session, args, kwargs)
+    except NeedsTransaction:
+        if not in_transaction_from_now(session):
+            raise
+    if response is not None and headers is not None:
+        response.raw_headers, response.status_code = headers[0], headers[1]
+    return _run_and_commit(endpoint, session, args, kwargs)
+
+
+def _run_and_commit(
+    endpoint: Callable[..., Any], session: Session, args: Any, kwargs: dict[str, Any]
+) -> Any:
     try:
         result = endpoint(*args, **kwargs)
         if session.in_transaction():  # a session that touched no connection has nothing to end
@@ -59,6 +83,14 @@ def _session_in(kwargs: dict[str, Any]) -> Session | None:
     return None
 
 
+def _response_in(kwargs: dict[str, Any]) -> Response | None:
+    # The response FastAPI hands an endpoint that asks for one, to set headers on.
+    for value in kwargs.values():
+        if isinstance(value, Response):
+            return value
+    return None
+
+
 def on_a_thread(endpoint: Callable[..., Any]) -> Callable[..., Any]:
     """``endpoint`` (a plain function) as a coroutine function running it on a worker thread,
     and ending the request's transaction there too."""
@@ -74,10 +106,16 @@ def on_a_thread(endpoint: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class ThreadedRoute(APIRoute):
+    # Its requests' sessions start outside a transaction (``app.auth.dependencies``): a GET
+    # run by ``finish_after``, which redoes it in a transaction should it need one.
+    reads_first: bool = False
+
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
-        if not inspect.iscoroutinefunction(endpoint) and inspect.isfunction(endpoint):
+        threaded = not inspect.iscoroutinefunction(endpoint) and inspect.isfunction(endpoint)
+        if threaded:
             endpoint = on_a_thread(endpoint)
         super().__init__(path, endpoint, **kwargs)
+        self.reads_first = threaded and (self.methods or set()) <= {"GET", "HEAD"}
 
 
 class PrefixRouter(APIRouter):

@@ -25,7 +25,7 @@ from app.contracts.endpoints import router as contracts_router
 from app.dataplane.endpoints import router as dataplane_router
 from app.dataplane.service import SigningKey
 from app.db.integrity import conflict_for
-from app.db.session import check_database, session_factory
+from app.db.session import autocommit_reads, check_database, session_factory
 from app.errors import DomainError, validation_body
 from app.movements.endpoints import router as movements_router
 from app.movements.replica_endpoints import router as replicas_router
@@ -195,6 +195,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.session_factory = session_factory(settings.database_url, settings.database_options())
+    # GETs read outside a transaction on PostgreSQL: no BEGIN and COMMIT round trips.
+    app.state.autocommit_reads = autocommit_reads(app.state.session_factory.kw["bind"])
     # Per worker: verified keys and participant names. The sessions carry both, so that a
     # commit changing a participant's status or keys empties the first (app/auth/key_cache.py)
     # and only committed names enter the second (app/participants/name_cache.py).

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import functools
+from contextlib import AsyncExitStack
 from typing import Annotated
 
 import anyio
@@ -17,6 +18,7 @@ from app.auth.key_cache import KeyCache
 from app.auth.keys import admin_for_key, hash_api_key
 from app.auth.principal import Principal, admin_named
 from app.db.base import utcnow
+from app.db.session import reading_session
 from app.errors import Forbidden, Unauthorized
 from app.models import Participant, ParticipantStatus
 from app.participants import repository as participants
@@ -32,21 +34,38 @@ async def get_settings_dep(request: Request) -> Settings:
     return settings
 
 
-async def get_session(request: Request) -> AsyncIterator[Session]:
+async def get_session(request: Request) -> Session:
     """One session per request, committed once at the edge; services only flush.
 
     Opening a session touches no connection, so it happens on the event loop. A sync endpoint
     of the API's routers commits (or rolls back) on its own worker thread as it returns
     (``app/api_route.py``), and the session is only closed here. Otherwise the commit (or the
     rollback) and the connection's return go to a thread here, shielded so that a cancelled
-    request still gives its connection back to the pool."""
-    session: Session = request.app.state.session_factory()
-    try:
-        yield session
-    except BaseException:
-        await _finish(session, commit=False)
-        raise
-    await _finish(session, commit=True)
+    request still gives its connection back to the pool.
+
+    A coroutine that pushes its own exit on the endpoint's exit stack (the one FastAPI ends a
+    ``scope="function"`` generator dependency on, before the response is sent) rather than
+    a generator: FastAPI wraps a generator dependency in an async context manager and a
+    cancel scope of its own, a fifth of solving a request's dependencies
+    (``bench/api/README.md``)."""
+    factory = request.app.state.session_factory
+    # A GET of the API's routers reads outside a transaction until it needs one (PostgreSQL).
+    reads = getattr(request.app.state, "autocommit_reads", None)
+    route = request.scope.get("route")
+    session: Session = (
+        reading_session(factory, reads)
+        if reads is not None and getattr(route, "reads_first", False)
+        else factory()
+    )
+    stack: AsyncExitStack = request.scope["fastapi_function_astack"]
+    stack.push_async_exit(functools.partial(_exit, session))
+    return session
+
+
+async def _exit(session: Session, exc_type: type[BaseException] | None, *_: object) -> bool:
+    # Commit unless the request failed; False: an exception goes on to its handlers.
+    await _finish(session, commit=exc_type is None)
+    return False
 
 
 async def _finish(session: Session, *, commit: bool) -> None:

@@ -66,9 +66,7 @@ def read_contract(
     response: Response,
 ) -> BaseModel | Response:
     """One contract, with an ``ETag``; ``If-None-Match`` with it answers 304 while unchanged."""
-    contract = service.get_visible(session, me, contract_id)
-    service.expire_if_due(session, contract)
-    return conditional(request, response, service.to_read(session, contract))
+    return conditional(request, response, service.read_visible(session, me, contract_id))
 
 
 @router.post(

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, insert, select
+from sqlalchemy import Row, Table, bindparam, insert, select
 from sqlalchemy.orm import Session
 
 from app.audit import service as audit
@@ -42,7 +43,12 @@ def terms_snapshot(contract: Contract) -> dict[str, Any]:
     }
 
 
-def _availability(contract: Contract) -> AvailabilityTerms:
+# A contract to answer with: the ORM object, or a row of the contracts table read as it is
+# answered (``repository.get_row``, ``repository.page_rows``), with the same attribute names.
+ContractView = Contract | Row[Any]
+
+
+def _availability(contract: ContractView) -> AvailabilityTerms:
     return AvailabilityTerms(
         recovery=contract.recovery,
         max_delay_seconds=contract.max_delay_seconds,
@@ -84,11 +90,11 @@ def _merged_terms(contract: Contract, counter: ContractCounter) -> ContractTerms
     return ContractTerms.model_construct(**merged)
 
 
-def _state(contract: Contract) -> ContractState:
+def _state(contract: ContractView) -> ContractState:
     return ContractState(
         status=Status(contract.status.value),
         version=contract.version,
-        parties=contract.parties(),
+        parties=(contract.proposer_id, contract.partner_id),
         terms_author_id=contract.terms_author_id,
         ends_at=contract.ends_at,
     )
@@ -124,19 +130,19 @@ def _log(
     )
 
 
-def to_read(session: Session, contract: Contract) -> ContractRead:
+def to_read(session: Session, contract: ContractView) -> ContractRead:
     return to_read_many(session, [contract])[0]
 
 
-def to_read_many(session: Session, contracts: list[Contract]) -> list[ContractRead]:
+def to_read_many(session: Session, contracts: Sequence[ContractView]) -> list[ContractRead]:
     """API views of ``contracts`` with one query for every party's name (not one per row)."""
-    ids = {pid for c in contracts for pid in c.parties()}
+    ids = {pid for c in contracts for pid in (c.proposer_id, c.partner_id)}
     ids |= {c.terms_author_id for c in contracts if c.terms_author_id is not None}
     names = participants.names_by_id(session, ids)
     return [_read(contract, names) for contract in contracts]
 
 
-def _read(contract: Contract, names: dict[int, str]) -> ContractRead:
+def _read(contract: ContractView, names: dict[int, str]) -> ContractRead:
     has_availability = contract.recovery or contract.max_delay_seconds or contract.replica_hosting
     return ContractRead(
         id=contract.id,
@@ -199,6 +205,21 @@ def get_visible(
     return contract
 
 
+def read_visible(session: Session, principal: Principal, contract_id: int) -> ContractRead:
+    """The caller's view of a contract (``get_visible``'s rule), expired first if its term has
+    ended. Read as a row: only a contract to expire is loaded as an object, to change."""
+    row = repository.get_row(session, contract_id)
+    if row is None or (
+        not principal.is_admin and principal.participant_id not in (row.proposer_id, row.partner_id)
+    ):
+        raise NotFound(f"contract {contract_id} not found", field="id")
+    if is_due_to_expire(_state(row), utcnow()):
+        contract = get_visible(session, principal, contract_id)
+        expire_if_due(session, contract)
+        return to_read(session, contract)
+    return to_read(session, row)
+
+
 def expire_if_due(session: Session, contract: Contract, now: datetime | None = None) -> bool:
     if not is_due_to_expire(_state(contract), now or utcnow()):
         return False
@@ -216,11 +237,12 @@ def list_for(
     *,
     after_id: int | None = None,
     limit: int | None = None,
-) -> list[Contract]:
-    """A page of the caller's contracts by id; those past their term are expired first."""
+) -> list[Row[Any]]:
+    """A page of the caller's contracts by id, as rows to answer with; those past their term
+    are expired first."""
     for contract in repository.due_to_expire(session, principal.participant_id, utcnow()):
         expire_if_due(session, contract)
-    return repository.for_participant(
+    return repository.page_rows(
         session, principal.participant_id, status=status, after_id=after_id, limit=limit
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -156,6 +157,80 @@ def _ping_when_idle(engine: Engine) -> None:
             raise DisconnectionError(f"an idle pooled connection is dead: {exc}") from exc
         if not alive:
             raise DisconnectionError("an idle pooled connection is dead")
+
+
+class NeedsTransaction(Exception):
+    """A session reading outside a transaction was about to send more than a plain read.
+
+    Raised before the statement reaches the server: whoever opened the session reruns the work
+    in a transaction (``app/api_route.py``)."""
+
+
+# What a session reading outside a transaction may send: a SELECT that locks nothing. Anything
+# else (a write, a locking read, a CTE that may write) needs the transaction's atomicity.
+_PLAIN_READ = re.compile(r"\s*SELECT\b", re.IGNORECASE)
+_LOCKING = re.compile(r"\bFOR\s+(?:UPDATE|NO\s+KEY\s+UPDATE|SHARE|KEY\s+SHARE)\b", re.IGNORECASE)
+
+
+def _plain_reads_only(  # type: ignore[no-untyped-def]
+    _conn, _cursor, statement: str, _parameters, _context, _executemany
+) -> None:
+    if _PLAIN_READ.match(statement) is None or _LOCKING.search(statement) is not None:
+        raise NeedsTransaction(statement.split(None, 1)[0])
+
+
+_AUTOCOMMIT_READS: dict[Engine, Engine] = {}
+
+
+def autocommit_reads(engine: Engine) -> Engine | None:
+    """``engine``'s connections without a transaction, for sessions that only read; None
+    unless PostgreSQL.
+
+    psycopg opens a transaction with a BEGIN of its own before the first statement, and ends
+    it with a COMMIT: on a request that sends one SELECT, three round trips where one does
+    (``bench/api/README.md``). Without a transaction each statement reads its own snapshot,
+    which is also what READ COMMITTED (the registry's isolation) gives each statement of a
+    transaction, so a request that only reads sees the same rows either way. Any other
+    statement raises ``NeedsTransaction`` before it is sent: a write, or a locking read, is
+    only ever made inside a transaction. The pool is ``engine``'s: a connection returns to it
+    with psycopg's transactions again (SQLAlchemy resets the isolation level on checkin, on
+    the client side only)."""
+    if engine.dialect.name != "postgresql":
+        return None
+    with _ENGINES_LOCK:
+        reads = _AUTOCOMMIT_READS.get(engine)
+        if reads is None:
+            reads = _AUTOCOMMIT_READS[engine] = engine.execution_options(
+                isolation_level="AUTOCOMMIT"
+            )
+            # On this engine only: the transactional engine's statements pay for no listener.
+            event.listen(reads, "before_cursor_execute", _plain_reads_only)
+        return reads
+
+
+# session.info: the engine a session reading outside a transaction moves to when it must write.
+TRANSACTION_BIND = "fedload.transaction_bind"
+
+
+def reading_session(factory: sessionmaker[Session], reads: Engine) -> Session:
+    """A session of ``factory`` that reads outside a transaction (``autocommit_reads``) until
+    ``in_transaction_from_now``."""
+    session = factory(bind=reads)
+    session.info[TRANSACTION_BIND] = factory.kw["bind"]
+    return session
+
+
+def in_transaction_from_now(session: Session) -> bool:
+    """Move a ``reading_session`` to its transactional engine, after rolling back what it did
+    (nothing was written: the statement that would have raised ``NeedsTransaction``, and its
+    pending changes and audit entries are dropped with the rollback). False for any other
+    session."""
+    bind = session.info.pop(TRANSACTION_BIND, None)
+    if bind is None:
+        return False
+    session.rollback()
+    session.bind = bind
+    return True
 
 
 def session_factory(

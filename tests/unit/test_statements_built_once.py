@@ -24,6 +24,8 @@ STATEMENTS: dict[str, Any] = {
     "live contract between two": contracts._LIVE_BETWEEN,
     "a contract's ledger": contracts._LEDGER,
     "a page of contracts": contracts._page(True, True, True, True),
+    "a contract by id, as a row": contracts._ROW_BY_ID,
+    "a page of contracts, as rows": contracts._page(True, True, True, True, rows=True),
     "a page of offers": offers._page(True, True, True, True),
     "a contract event": contract_service._INSERT_EVENT,
     "a contract's open offers": contract_service._OPEN_OFFERS,
