@@ -67,11 +67,11 @@ def _source(upto: int) -> dict[int, int]:
 
 def test_a_copy_close_behind_is_offered_the_source_s_next_batch_only(copy):
     warm, checkpoints = copy
-    warm._offer(_source(SNAPSHOT + JUMP_MIN_BEHIND - 1), SNAPSHOT + JUMP_MIN_BEHIND - 1)
+    warm._offer(_source(SNAPSHOT + JUMP_MIN_BEHIND), SNAPSHOT + JUMP_MIN_BEHIND)
     assert _offered(warm) == {11: SOURCE[11]}
     # Once it has planned 11, the next one, and no further (it could not be taken back).
     checkpoints.log("O.x", 11, SOURCE[11], committed=False)
-    warm._offer(_source(SNAPSHOT + JUMP_MIN_BEHIND - 1), SNAPSHOT + JUMP_MIN_BEHIND - 1)
+    warm._offer(_source(SNAPSHOT + JUMP_MIN_BEHIND), SNAPSHOT + JUMP_MIN_BEHIND)
     assert _offered(warm) == {11: SOURCE[11], 12: SOURCE[12]}
     assert warm.segments == []
     assert warm.mirror() is None
