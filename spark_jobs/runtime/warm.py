@@ -79,9 +79,11 @@ log = logging.getLogger(__name__)
 # is generous; it is always bounded by the prepared movement's lease, less
 # ``LEASE_RESERVE_FRACTION`` of it for the release, the shipping, the commit and a fallback
 # (``lease_deadline``): a budget longer than the lease used to end in aborted movements. 0, the
-# default, turns the warm hand-off off: it beat a restart on a quiet 2-core machine (gap ratio
-# 0.83), but on a loaded one the copy's cold first batch, competing with the source, took longer
-# than any lease allows and every move fell back (bench/agents/README.md).
+# default, turns the warm hand-off off: it beats a restart on 2-core machines that are not
+# overloaded (gap ratio 0.83, 0.89-0.95; stop-and-copy 1.09 in the same hour), but on an
+# overloaded one the copy's cold first batch, competing with the source, took longer than any
+# lease allows and every move fell back (bench/agents/README.md); and the process tests and the
+# demo, which move fragments by stop-and-copy, would each have to choose before it is the default.
 WARM_BUDGET_ENV = "FEDLOAD_WARM_BUDGET_S"
 DEFAULT_WARM_BUDGET_S = 0.0
 SUGGESTED_WARM_BUDGET_S = 30.0
