@@ -206,12 +206,12 @@ class ActiveReplicas:
         registry = host.client
         task, me = record.name, host.name
 
-        def request(_fragment: str) -> bool:
+        def request(_fragment: str) -> bool | None:
             try:
                 return bool(registry.request_permit(task, me)["granted"])
-            except Exception as error:  # no registry, no permit: reconcile later
+            except Exception as error:  # not asked: no new permit, a held one's lease runs on
                 self._note(f"permit for {task}: {type(error).__name__}: {error}")
-                return False
+                return None
 
         def release(_fragment: str) -> None:
             try:
@@ -303,6 +303,8 @@ class ActiveReplicas:
             # Redo copies whose query died before the switch (started again after), and why
             # the poller last failed for this task (a report shows them beside the state).
             "redo_failures": copy.dpc.redo_failures,
+            # Renewals of the permit refused mid-redo (its lease ran out; the redo was dropped).
+            "permits_lost": copy.dpc.permit.lost,
             "redo_paused_s": round(copy.dpc.redo_paused_s, 3),
             "notes": [note for note in self.errors if copy.task in note][-5:],
             "budget_ms": copy.dpc.budgets[-1][1] if copy.dpc.budgets else None,
