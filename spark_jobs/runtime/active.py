@@ -6,8 +6,8 @@ host, as a DPC node (``spark_jobs.runtime.dpc.DPCFragment``: SUnion with the del
 the contract's ``max_delay_seconds``, SOutput's UNDO/corrections/REC_DONE, checkpoint/redo).
 
 - It reads the same inputs as the primary (the producers' logs at their owners), acknowledging
-  as ``<task>.active`` (``active_name``): a position of its own, so neither copy trims what the
-  other still reads.
+  as ``<task>.active.<holder>`` (``active_consumer``): a position of its own, so no copy trims
+  what another (the primary, or a second holder's copy) still reads.
 - It writes to its own log of the output on its own endpoint, ``<task>.out@<me>``
   (``app.dataplane.streams.replica_stream``), not to the owner's: a consumer reads the copy it
   can reach, so each copy's output must be reachable over that copy's own links.
@@ -85,6 +85,14 @@ def info_timeout_ms(max_delay_seconds: float) -> int:
 def active_name(task: str) -> str:
     """The copy's name here: its query, checkpoint and the consumer position it acknowledges."""
     return f"{task}.{ACTIVE}"
+
+
+def active_consumer(task: str, holder: str) -> str:
+    """The position the copy on ``holder`` acknowledges at its producers: one per holder. With
+    one position shared by every holder's copy, the copy that reconciled first acknowledged past
+    the buckets the other's redo had yet to re-read, and the producers trimmed them (two copies
+    of O.x: every redo of the second failed with "buckets below ... were acknowledged")."""
+    return f"{active_name(task)}.{holder}"
 
 
 def is_active_copy(fragment: str) -> bool:
@@ -194,7 +202,12 @@ class ActiveReplicas:
         stream = replica_stream(record.name, host.name)
         host.server.log.declare(stream, spec.bucket_seconds)
         name = active_name(record.name)
-        copy_spec = replace(spec, name=name, output=StreamRef(host.endpoint, stream))
+        copy_spec = replace(
+            spec,
+            name=name,
+            output=StreamRef(host.endpoint, stream),
+            options={**spec.options, "consumer": active_consumer(record.name, host.name)},
+        )
         max_delay = float(k.max_delay_seconds or DEFAULT_MAX_DELAY_S)
         settings = DPCSettings(
             max_delay_seconds=max_delay,
@@ -206,12 +219,12 @@ class ActiveReplicas:
         registry = host.client
         task, me = record.name, host.name
 
-        def request(_fragment: str) -> bool:
+        def request(_fragment: str) -> bool | None:
             try:
                 return bool(registry.request_permit(task, me)["granted"])
-            except Exception as error:  # no registry, no permit: reconcile later
+            except Exception as error:  # not asked: no new permit, a held one's lease runs on
                 self._note(f"permit for {task}: {type(error).__name__}: {error}")
-                return False
+                return None
 
         def release(_fragment: str) -> None:
             try:
@@ -303,6 +316,8 @@ class ActiveReplicas:
             # Redo copies whose query died before the switch (started again after), and why
             # the poller last failed for this task (a report shows them beside the state).
             "redo_failures": copy.dpc.redo_failures,
+            # Renewals of the permit refused mid-redo (its lease ran out; the redo was dropped).
+            "permits_lost": copy.dpc.permit.lost,
             "redo_paused_s": round(copy.dpc.redo_paused_s, 3),
             "notes": [note for note in self.errors if copy.task in note][-5:],
             "budget_ms": copy.dpc.budgets[-1][1] if copy.dpc.budgets else None,

@@ -135,6 +135,11 @@ class DPCSettings:
     # The deadline of the source's per-trigger boundary query on the planning path (option
     # ``info_timeout_ms``; None: the source's own default).
     info_timeout_ms: int | None = None
+    # How often a reconciling copy renews its permit. The registry's lease is 10 s by default
+    # (FEDLOAD_PERMIT_LEASE_SECONDS) and a redo takes a minute or more on a loaded machine: a
+    # permit asked for once ran out mid-redo and went to the next copy, and both reconciled at
+    # once. Every 2 s leaves room for a few slow polls or registry calls within one lease.
+    permit_renew_seconds: float = 2.0
 
     def __post_init__(self) -> None:
         if self.max_delay_seconds <= 0:
@@ -149,6 +154,11 @@ class DPCSettings:
         if self.info_timeout_ms is not None and self.info_timeout_ms <= 0:
             raise ValueError(
                 f"DPCSettings.info_timeout_ms must be positive, got {self.info_timeout_ms}"
+            )
+        if self.permit_renew_seconds <= 0:
+            raise ValueError(
+                "DPCSettings.permit_renew_seconds must be positive, "
+                f"got {self.permit_renew_seconds}"
             )
 
     @property
@@ -658,6 +668,60 @@ def restore_stable_checkpoint(
                 path.unlink()
 
 
+class PermitHold:
+    """The reconciliation permit as one copy holds it: asked for before its redo, renewed while
+    it reconciles, given back once it is STABLE.
+
+    ``request(name)`` asks the arbiter: True granted (or renewed), False refused (another copy
+    holds it), None not asked (the arbiter unreachable: the lease granted last still runs, ask
+    again at the next poll). A refused renewal means the lease ran out and the permit went to
+    another copy: it is no longer held, and the caller must stop reconciling."""
+
+    def __init__(
+        self,
+        name: str,
+        request: Callable[[str], bool | None],
+        release: Callable[[str], None],
+        renew_every_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = name
+        self._request, self._release = request, release
+        self._every, self._clock = renew_every_s, clock
+        self.held = False
+        self._granted_at = 0.0
+        # Renewals refused while reconciling (the permit lost to another copy).
+        self.lost = 0
+
+    def acquire(self) -> bool:
+        granted = self._request(self.name) is True
+        if granted:
+            self.held, self._granted_at = True, self._clock()
+        return granted
+
+    def keep(self) -> bool:
+        """Renew when due; False once the permit is not held (refused: lost to another copy)."""
+        if not self.held:
+            return False
+        now = self._clock()
+        if now - self._granted_at < self._every:
+            return True
+        answer = self._request(self.name)
+        if answer is None:
+            return True
+        if not answer:
+            self.held = False
+            self.lost += 1
+            return False
+        self._granted_at = now
+        return True
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self._release(self.name)
+
+
 class DPCFragment:
     """One DPC replica of a fragment on a ``FragmentRuntime``; call ``poll`` regularly.
 
@@ -671,7 +735,7 @@ class DPCFragment:
         settings: DPCSettings,
         *,
         epoch: int,
-        request_permission: Callable[[str], bool] | None = None,
+        request_permission: Callable[[str], bool | None] | None = None,
         release_permission: Callable[[str], None] | None = None,
     ) -> None:
         self.runtime = runtime
@@ -711,9 +775,12 @@ class DPCFragment:
                 shutil.rmtree(stale, ignore_errors=True)
         for pause in self.store.directory.glob("pause-*"):
             pause.unlink(missing_ok=True)
-        self._request = request_permission or (lambda _name: True)
-        self._release = release_permission or (lambda _name: None)
-        self._permit = False
+        self.permit = PermitHold(
+            spec.name,
+            request_permission or (lambda _name: True),
+            release_permission or (lambda _name: None),
+            settings.permit_renew_seconds,
+        )
         self.reconciliations: list[dict[str, float]] = []
         # Adaptive budget: the last one written, and (wall time, ms) on every change.
         self._budget: int | None = None
@@ -848,9 +915,13 @@ class DPCFragment:
             self.adapt_budget()
         redo = self.sink.redo
         if redo is None:
-            if self._permit and self.sink.state is NodeState.STABLE:
-                self._permit = False
-                self._release(self.spec.name)
+            if self.permit.held:
+                if self.sink.state is NodeState.STABLE:
+                    self.permit.release()
+                else:
+                    # Switched (STABILIZATION until REC_DONE): the UNDO is out, there is no
+                    # going back, but the permit stays this copy's until it is STABLE.
+                    self.permit.keep()
             if not self.healed():
                 self._gap_since = None
                 return False
@@ -866,12 +937,16 @@ class DPCFragment:
                 # the checkpoint) costs a second or two of CPU on the same cores. For X at most:
                 # a loaded machine may have no gap (see yield_redo).
                 return False
-            if not self._request(self.spec.name):
+            if not self.permit.acquire():
                 return False
             self._gap_since = None
-            self._permit = True
             self.begin_redo()
             return True
+        if not redo.aborted and not self.permit.keep():
+            # The renewal was refused: the lease ran out (this poller or the registry stalled
+            # past it) and another copy may be reconciling now. Two at once is what the permit
+            # exists to prevent, so this redo is dropped (it sent nothing) and asked for again.
+            redo.aborted = True
         if not redo.aborted and not self.runtime.is_running(redo.copy):
             # The copy's query died (seen at load 24: its Python worker did not connect back in
             # time). It sent nothing, so drop it like one that met tentative input: the next
@@ -883,8 +958,7 @@ class DPCFragment:
             self.runtime.stop(redo.copy)
             self.sink.drop_redo()
             shutil.rmtree(redo.sink.checkpoint_dir, ignore_errors=True)
-            self._permit = False
-            self._release(self.spec.name)
+            self.permit.release()
             return False
         if self.sink.caught_up():
             self.switch()

@@ -54,7 +54,7 @@ from app.participant.failover import (
 from app.participant.ports import MovementRecord, TaskRecord
 from spark_jobs.fragments import catalogue
 from spark_jobs.runtime.active import TECHNIQUE as ACTIVE_STANDBY
-from spark_jobs.runtime.active import ActiveReplicas, active_name
+from spark_jobs.runtime.active import ActiveReplicas, active_consumer
 from spark_jobs.runtime.host import FragmentSpec
 from spark_jobs.runtime.movement import (
     AlreadyShipped,
@@ -444,7 +444,12 @@ class AgentFailover:
                 raise RuntimeError(f"the active copy of {task} stopped before the takeover")
             forwarder = Forwarder(self.host.server.log, copy.stream, spec.output, epoch, written)
             promoted = PromotedCopy(
-                task, copy.dpc, forwarder, active_name(task), task, on_error=self._note
+                task,
+                copy.dpc,
+                forwarder,
+                active_consumer(task, self.host.name),
+                task,
+                on_error=self._note,
             )
             promoted.start()
             taken.update(promoted=promoted, copy_from=copy.replay_from)

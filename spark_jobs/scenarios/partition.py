@@ -23,10 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
-import secrets
 import statistics
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -40,64 +37,43 @@ from app.availability.states import NodeState
 from app.dataplane.streams import output_stream
 from app.federation.document import load_federation
 from app.participant.client import FedloadClient
-from spark_jobs.ha.faultproxy import CutMode, FaultProxy
+from spark_jobs.ha.faultproxy import FaultProxy
 from spark_jobs.runtime.dataplane import registry_tokens
 from spark_jobs.runtime.transport import StreamClient
 from spark_jobs.scenarios.harness import running, wait_until
-from spark_jobs.scenarios.processes import AgentSettings, Placement, ProcessFederation
+from spark_jobs.scenarios.processes import Placement, ProcessFederation
 from spark_jobs.scenarios.replicas import (
     Consumer,
     FlightLink,
-    ReplicaPair,
+    ReplicaSet,
+    ScenarioOptions,
+    compare_logs,
     dpc_state,
     location,
     port,
     rows,
+    scenario_federation,
     start_active_replica,
+    write_report,
 )
 
 FEDERATION = Path(__file__).with_name("partition-federation.yaml")
 OWNER, HOLDER, TASK, SOURCE = "O", "T", "O.x", "O.conns"
 WINDOW_S = 4  # O.x's window in partition-federation.yaml
-PAIR = ReplicaPair(TASK, OWNER, HOLDER, WINDOW_S)
+PAIR = ReplicaSet(TASK, OWNER, (HOLDER,), WINDOW_S)
 REPLICAS = PAIR.names
 
 
 @dataclass(frozen=True)
-class PartitionOptions:
+class PartitionOptions(ScenarioOptions):
     report_dir: Path = Path("var/reports/demo/partition")
-    work: Path | None = None
-    database_url: str | None = None
-    # The consumer's failure detector: a replica is failed after a ping went unanswered for
-    # interval x misses. Wider than Borealis's 100 ms x 3: the pings are answered by the agent's
-    # own Flight server, whose process also drives Spark (a loaded CI machine delays it).
-    heartbeat_s: float = 0.5
-    misses: int = 4
-    fail_for_s: float = 6.0
-    cut_mode: CutMode = "drop"
-    # Output the consumer reads before the cut and after the heal.
-    before_cut_s: float = 4.0
-    after_heal_s: float = 8.0
-    # The agents' heartbeats to the service (failed after 3 missed).
-    heartbeat_interval: float = 5.0
-    startup_timeout_s: float = 600.0
-    reference_timeout_s: float = 180.0
 
 
 def run_partition(options: PartitionOptions, console: Console | None = None) -> dict[str, Any]:
     console = console or Console()
-    doc = load_federation(FEDERATION)
-    work = options.work or Path(tempfile.mkdtemp(prefix="fedload-partition-"))
     eager = Placement(args=("--spark-eager",))
-    fed = ProcessFederation(
-        doc,
-        work,
-        database_url=options.database_url,
-        admin_key=secrets.token_urlsafe(16),
-        heartbeat_interval=options.heartbeat_interval,
-        agent_settings=AgentSettings(offer_interval=3600.0),
-        placements={OWNER: eager, HOLDER: eager},
-    )
+    placements = {OWNER: eager, HOLDER: eager}
+    fed = scenario_federation(load_federation(FEDERATION), options, placements, "partition")
     with running(fed, console) as admin:
         return _run(options, console, fed, admin)
 
@@ -202,13 +178,13 @@ def _run(
         o_boundary = client.info(streams[OWNER])["boundary"]
         upto = min(read_upto, int(o_boundary or 0))
         reference = sorted(rows(client.read(streams[OWNER], -(2**62), upto)))
-    replay_from = int(final_state["replay_from"])
-    with StreamClient(locations[HOLDER], tokens=tokens) as client:
-        t_boundary = client.info(streams[HOLDER])["boundary"]
-        both = min(b for b in (o_boundary, t_boundary) if b is not None)
-        t_rows = sorted(rows(client.read(streams[HOLDER], replay_from + 1, both)))
-    with StreamClient(locations[OWNER], tokens=tokens) as client:
-        o_rows = sorted(rows(client.read(streams[OWNER], replay_from + 1, both)))
+    logs = compare_logs(
+        (locations[OWNER], streams[OWNER]),
+        (locations[HOLDER], streams[HOLDER]),
+        o_boundary,
+        int(final_state["replay_from"]),
+        tokens,
+    )
     report = _report(
         options,
         consumer,
@@ -221,16 +197,12 @@ def _run(
         compared_below=upto,
         stime_to_wall=stime_to_wall,
         delivered_before_cut=delivered_before_cut,
-        replicas_agree=bool(t_rows) and t_rows == o_rows,
-        boundaries={OWNER: o_boundary, HOLDER: t_boundary},
+        replicas_agree=logs.agree,
+        boundaries={OWNER: o_boundary, HOLDER: logs.boundary},
         proxies=proxies,
     )
     report["registry_replicas"] = registry_replicas
-    options.report_dir.mkdir(parents=True, exist_ok=True)
-    (options.report_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))
-    for check, passed in report["checks"].items():
-        console.print(f"{'[green]pass[/]' if passed else '[red]FAIL[/]'} {check}")
-    console.print(f"report: {options.report_dir / 'report.json'}")
+    write_report(report, options.report_dir, console)
     return report
 
 

@@ -11,13 +11,19 @@ detector (``app.availability.detector``), and follows a DPC copy's companion str
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
+import secrets
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow.flight as flight
+from rich.console import Console
 
 from app.availability.consumer import ReplicaConsumer, ReplicaStatus, Row, Sent
 from app.availability.detector import FailureDetector, PeerStatus
@@ -26,10 +32,13 @@ from app.availability.tuples import Kind, Message
 from app.availability.tuples import Row as DPCRow
 from app.dataplane.streams import DPC_SUFFIX, output_stream, replica_stream
 from app.dataplane.tokens import READ, Grant
+from app.federation.document import FederationDoc
 from app.participant.client import FedloadClient
+from spark_jobs.ha.faultproxy import CutMode
 from spark_jobs.runtime.dataplane import TokenSource
 from spark_jobs.runtime.transport import StreamClient
 from spark_jobs.scenarios.harness import wait_until
+from spark_jobs.scenarios.processes import AgentSettings, Placement, ProcessFederation
 
 
 def rows(reader: flight.FlightStreamReader) -> list[Row]:
@@ -56,51 +65,142 @@ def port(location: str) -> int:
 
 
 @dataclass(frozen=True)
-class ReplicaPair:
-    """A task, its owner (the primary's host, a plain query) and the holder of its active
-    replica (a DPC copy): where each writes its log of the output."""
+class ScenarioOptions:
+    """What the partition and tentative scenarios' options share (each overrides defaults)."""
+
+    report_dir: Path = Path("var/reports/demo")
+    work: Path | None = None
+    database_url: str | None = None
+    # The consumer's failure detector: a replica is failed after a ping went unanswered for
+    # interval x misses. Wider than Borealis's 100 ms x 3: the pings are answered by the agent's
+    # own Flight server, whose process also drives Spark (a loaded CI machine delays it).
+    heartbeat_s: float = 0.5
+    misses: int = 4
+    fail_for_s: float = 6.0
+    cut_mode: CutMode = "drop"
+    # Output the consumer reads before the cut and after the heal.
+    before_cut_s: float = 4.0
+    after_heal_s: float = 8.0
+    # The agents' heartbeats to the service (failed after 3 missed).
+    heartbeat_interval: float = 5.0
+    startup_timeout_s: float = 600.0
+    reference_timeout_s: float = 180.0
+
+
+def scenario_federation(
+    doc: FederationDoc, options: ScenarioOptions, placements: dict[str, Placement], prefix: str
+) -> ProcessFederation:
+    """The scenario's ``fedload serve`` and agents (not started): the market never moves
+    anything (offers once an hour), the replicas are what is measured."""
+    work = options.work or Path(tempfile.mkdtemp(prefix=f"fedload-{prefix}-"))
+    return ProcessFederation(
+        doc,
+        work,
+        database_url=options.database_url,
+        admin_key=secrets.token_urlsafe(16),
+        heartbeat_interval=options.heartbeat_interval,
+        agent_settings=AgentSettings(offer_interval=3600.0),
+        placements=placements,
+    )
+
+
+def write_report(report: dict[str, Any], report_dir: Path, console: Console) -> None:
+    report_dir.mkdir(parents=True, exist_ok=True)
+    (report_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    for check, passed in report["checks"].items():
+        console.print(f"{'[green]pass[/]' if passed else '[red]FAIL[/]'} {check}")
+    console.print(f"report: {report_dir / 'report.json'}")
+
+
+@dataclass(frozen=True)
+class CopyLogs:
+    """A replica's log beside the owner's over the buckets both have closed after the
+    replica's replay point (its first whole window): they must hold the same rows."""
+
+    boundary: int | None
+    replica_rows: list[Row]
+    owner_rows: list[Row]
+
+    @property
+    def agree(self) -> bool:
+        return bool(self.replica_rows) and self.replica_rows == self.owner_rows
+
+
+def compare_logs(
+    owner: tuple[str, str],
+    replica: tuple[str, str],
+    owner_boundary: int | None,
+    replay_from: int,
+    tokens: TokenSource,
+) -> CopyLogs:
+    """``owner`` and ``replica``: (endpoint, stream) of each log."""
+    with StreamClient(replica[0], tokens=tokens) as client:
+        found = client.info(replica[1])["boundary"]
+        boundary = None if found is None else int(found)
+        both = min(int(b) for b in (owner_boundary, boundary) if b is not None)
+        replica_rows = sorted(rows(client.read(replica[1], replay_from + 1, both)))
+    with StreamClient(owner[0], tokens=tokens) as client:
+        owner_rows = sorted(rows(client.read(owner[1], replay_from + 1, both)))
+    return CopyLogs(boundary, replica_rows, owner_rows)
+
+
+@dataclass(frozen=True)
+class ReplicaSet:
+    """A task, its owner (the primary's host, a plain query) and the holders of its active
+    replicas (DPC copies, one per holder): where each writes its log of the output."""
 
     task: str
     owner: str
-    holder: str
+    holders: tuple[str, ...]
     window_s: int
 
     @property
-    def names(self) -> tuple[str, str]:
-        return (self.owner, self.holder)
+    def holder(self) -> str:
+        """The first holder (the one a consumer of the scenarios fails over to)."""
+        return self.holders[0]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.owner, *self.holders)
 
     @property
     def streams(self) -> dict[str, str]:
         return {
             self.owner: output_stream(self.task),
-            self.holder: replica_stream(self.task, self.holder),
+            **{holder: replica_stream(self.task, holder) for holder in self.holders},
         }
 
 
 def start_active_replica(
-    pair: ReplicaPair,
+    pair: ReplicaSet,
     owner_client: FedloadClient,
     where: Callable[[str], str],
     tokens: TokenSource,
     sources: Callable[[], int],
     startup_timeout_s: float,
 ) -> None:
-    """The owner places the active replica (``POST /v1/tasks/<task>/replicas``); wait until the
-    primary writes output, the replica is STABLE past its first whole window, and the primary has
-    worked through its sources' backlog to within two windows of ``sources()`` (the newest bucket
-    every source has closed). ``where(participant)``: the endpoint to ask."""
-    owner_client._call(
-        "POST", f"/v1/tasks/{pair.task}/replicas", json={"k": 1, "technique": "active_standby"}
+    """The owner places the active replicas (``POST /v1/tasks/<task>/replicas``, one per
+    holder); wait until the primary writes output, each replica is STABLE past its first whole
+    window, and the primary has worked through its sources' backlog to within two windows of
+    ``sources()`` (the newest bucket every source has closed). ``where(participant)``: the
+    endpoint to ask."""
+    placed = owner_client._call(
+        "POST",
+        f"/v1/tasks/{pair.task}/replicas",
+        json={"k": len(pair.holders), "technique": "active_standby"},
     )
+    hosts = sorted(str(r["host"]) for r in placed)
+    if hosts != sorted(pair.holders):
+        raise RuntimeError(f"{pair.task}'s replicas went to {hosts}, not {sorted(pair.holders)}")
     streams = pair.streams
 
     def info(name: str) -> dict[str, Any]:
         with StreamClient(where(name), timeout=5.0, tokens=tokens) as client:
             return client.info(streams[name])
 
-    def holder_state() -> dict[str, Any]:
-        with StreamClient(where(pair.holder), timeout=5.0, tokens=tokens) as client:
-            return dpc_state(client, streams[pair.holder])
+    def holder_state(holder: str) -> dict[str, Any]:
+        with StreamClient(where(holder), timeout=5.0, tokens=tokens) as client:
+            return dpc_state(client, streams[holder])
 
     wait_until(
         f"{pair.task} to write output at {pair.owner}",
@@ -108,21 +208,22 @@ def start_active_replica(
         startup_timeout_s,
     )
 
-    def replica_caught_up() -> bool:
-        state = holder_state()
-        boundary = info(pair.holder)["boundary"]
+    def replica_caught_up(holder: str) -> bool:
+        state = holder_state(holder)
+        boundary = info(holder)["boundary"]
         return (
             state["state"] == NodeState.STABLE.value
             and boundary is not None
             and boundary > int(state["replay_from"]) + pair.window_s
-            and info(pair.holder)["rows"] > 0
+            and info(holder)["rows"] > 0
         )
 
-    wait_until(
-        f"{pair.holder}'s active replica to write stable output",
-        replica_caught_up,
-        startup_timeout_s,
-    )
+    for holder in pair.holders:
+        wait_until(
+            f"{holder}'s active replica to write stable output",
+            functools.partial(replica_caught_up, holder),
+            startup_timeout_s,
+        )
 
     def primary_caught_up() -> bool:
         # The primary starts on its sources' whole logs (its Spark took a minute to start, the

@@ -10,6 +10,12 @@ advertises the proxy's address, so every link into O goes through it (T's reads 
 consumer's reads of O's log, and O's own calls to its endpoint). The cut holds TCP (a partition);
 O, T and every other link keep running.
 
+U holds a second active replica of O.x (its own DPC copy, ``O.x.out@U``; it reads O.far at T and
+O.conns at O, as T's copy does), so during the cut both copies go tentative, and after the heal
+both ask the registry for the reconciliation permit (``/v1/permits/O.x``): it is granted to one
+at a time, so one copy is always STABLE or UP_FAILURE (serving, within X) while the other
+reconciles. The consumer reads O and T; U's copy is checked through its own log and state.
+
 During the cut the consumer (``app.availability.consumer``, the one consumer rule, over Flight)
 has no STABLE copy: O is unreachable, and T lost O.conns, so once its delay budget passes it
 releases buckets with O.far's rows only, TENTATIVE (UP_FAILURE), within X. The consumer switches
@@ -24,19 +30,23 @@ tentatively or stably, minus the bucket's end, above the median before the cut; 
 corrected after the heal (UNDO, corrections, REC_DONE, STABLE again, and T's log equals O's over
 everything T computed, the failure included); no tentative output before the cut; the consumer's
 output equals the reference with nothing lost or duplicated and rows through the replica among
-them; every tentative row the consumer held was resolved.
+them; every tentative row the consumer held was resolved. And for the two copies: each went
+tentative during the cut, corrected after the heal and ends STABLE with its log equal to O's and
+its added latency within X; the registry's permit records (its audit log: each grant to a new
+holder and each release) show the two reconciliations one after the other, each copy's own
+reconciliation inside its permit, and at every moment one copy STABLE or UP_FAILURE.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import secrets
+import functools
+import itertools
 import statistics
-import tempfile
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -48,34 +58,36 @@ from app.availability.states import NodeState
 from app.dataplane.streams import output_stream
 from app.federation.document import load_federation
 from app.participant.client import FedloadClient
-from spark_jobs.ha.faultproxy import CutMode, FaultProxy
+from spark_jobs.ha.faultproxy import FaultProxy
 from spark_jobs.runtime.dataplane import TokenSource, registry_tokens
 from spark_jobs.runtime.transport import StreamClient
 from spark_jobs.scenarios.harness import running, wait_until
-from spark_jobs.scenarios.processes import (
-    LOOPBACK,
-    AgentSettings,
-    Placement,
-    ProcessFederation,
-    free_port,
-)
+from spark_jobs.scenarios.processes import LOOPBACK, Placement, ProcessFederation, free_port
 from spark_jobs.scenarios.replicas import (
     Consumer,
+    CopyLogs,
     FlightCompanion,
     FlightLink,
-    ReplicaPair,
+    ReplicaSet,
+    ScenarioOptions,
+    compare_logs,
     dpc_state,
     location,
     rows,
+    scenario_federation,
     start_active_replica,
+    write_report,
 )
 
 FEDERATION = Path(__file__).with_name("tentative-federation.yaml")
-OWNER, HOLDER, TASK = "O", "T", "O.x"
+OWNER, HOLDER, SECOND, TASK = "O", "T", "U", "O.x"
+HOLDERS = (HOLDER, SECOND)
 # Each source and the participant whose endpoint serves it (where it runs).
 SOURCES = {"O.conns": OWNER, "O.far": HOLDER}
 WINDOW_S = 2  # O.x's window in tentative-federation.yaml
-PAIR = ReplicaPair(TASK, OWNER, HOLDER, WINDOW_S)
+PAIR = ReplicaSet(TASK, OWNER, HOLDERS, WINDOW_S)
+# The copies the consumer reads (U's is checked through its own log and state).
+CONSUMED = (OWNER, HOLDER)
 # The added-latency check's slack over X: the copy maps stime onto the wall clock from one
 # boundary its slowest source reported at start, and a source closes a bucket once a second, so
 # that mapping is late by up to one bucket; the baseline (a median) does not take it out.
@@ -83,49 +95,31 @@ LATENCY_SLACK_S = 1.0
 
 
 @dataclass(frozen=True)
-class TentativeOptions:
+class TentativeOptions(ScenarioOptions):
     report_dir: Path = Path("var/reports/demo/tentative")
-    work: Path | None = None
-    database_url: str | None = None
-    # The consumer's failure detector (as in the partition scenario: wider than Borealis's
-    # 100 ms x 3, the pings are answered by an agent that also drives Spark).
-    heartbeat_s: float = 0.5
-    misses: int = 4
-    # Long beside X: the copy goes tentative only once its budget has passed (and once the
+    # Long beside X: the copies go tentative only once their budget has passed (and once the
     # slower source reaches where the cut stopped O.conns), and windows are 2 s.
     fail_for_s: float = 12.0
-    cut_mode: CutMode = "drop"
-    before_cut_s: float = 4.0
-    # Output the consumer reads once the copy is STABLE again.
+    # Output the consumer reads once the copies are STABLE again.
     after_heal_s: float = 4.0
-    # The agents' heartbeats to the service (failed after 3 missed).
-    heartbeat_interval: float = 5.0
-    startup_timeout_s: float = 600.0
-    reconcile_timeout_s: float = 120.0
+    # Both copies, one after the other (a redo took 82 s at load 7-14 with one copy).
+    reconcile_timeout_s: float = 420.0
     reference_timeout_s: float = 120.0
 
 
 def run_tentative(options: TentativeOptions, console: Console | None = None) -> dict[str, Any]:
     console = console or Console()
-    doc = load_federation(FEDERATION)
-    work = options.work or Path(tempfile.mkdtemp(prefix="fedload-tentative-"))
     # O listens on a port of its own and advertises the proxy's: every link into O crosses it.
     o_port = free_port()
     proxy = FaultProxy(o_port)
-    fed = ProcessFederation(
-        doc,
-        work,
-        database_url=options.database_url,
-        admin_key=secrets.token_urlsafe(16),
-        heartbeat_interval=options.heartbeat_interval,
-        agent_settings=AgentSettings(offer_interval=3600.0),
-        placements={
-            OWNER: Placement(
-                port=o_port, args=("--spark-eager", "--advertise", f"{LOOPBACK}:{proxy.port}")
-            ),
-            HOLDER: Placement(args=("--spark-eager",)),
-        },
-    )
+    eager = Placement(args=("--spark-eager",))
+    placements = {
+        OWNER: Placement(
+            port=o_port, args=("--spark-eager", "--advertise", f"{LOOPBACK}:{proxy.port}")
+        ),
+        **dict.fromkeys(HOLDERS, eager),
+    }
+    fed = scenario_federation(load_federation(FEDERATION), options, placements, "tentative")
     try:
         with running(fed, console) as admin:
             return _run(options, console, fed, admin, proxy)
@@ -158,7 +152,7 @@ def _run(
         ]
         return min(b or 0 for b in found)
 
-    with console.status("O runs O.x; T starts its active replica and catches up ..."):
+    with console.status("O runs O.x; T and U start their active replicas and catch up ..."):
         start_active_replica(
             PAIR,
             fed.client(OWNER),
@@ -172,13 +166,13 @@ def _run(
     if locations[OWNER] != proxy.location:
         raise RuntimeError(f"O advertises {locations[OWNER]}, not its proxy {proxy.location}")
 
-    def holder_state() -> dict[str, Any]:
-        with StreamClient(locations[HOLDER], timeout=5.0, tokens=tokens) as client:
-            return dpc_state(client, streams[HOLDER])
+    def copy_state(holder: str) -> dict[str, Any]:
+        with StreamClient(locations[holder], timeout=5.0, tokens=tokens) as client:
+            return dpc_state(client, streams[holder])
 
     def links(timeout: float) -> dict[str, FlightLink]:
         return {
-            name: FlightLink(locations[name], streams[name], tokens, timeout) for name in PAIR.names
+            name: FlightLink(locations[name], streams[name], tokens, timeout) for name in CONSUMED
         }
 
     window = options.heartbeat_s * options.misses
@@ -207,15 +201,23 @@ def _run(
         time.sleep(options.fail_for_s)
         heal_at = time.time()
         proxy.heal()
-        console.print(f"healed; {HOLDER}'s copy should reconcile under the permit")
+        console.print(f"healed; {HOLDER}'s and {SECOND}'s copies reconcile under the permit")
 
         def reconciled() -> bool:
-            state = holder_state()
-            return state["state"] == NodeState.STABLE.value and int(state["reconciliations"]) > 0
+            # Each copy STABLE again after a reconciliation of its own (one at a time: the
+            # second waits for the first's permit).
+            states = [copy_state(holder) for holder in HOLDERS]
+            return all(
+                state["state"] == NodeState.STABLE.value and int(state["reconciliations"]) > 0
+                for state in states
+            )
 
         with contextlib.suppress(TimeoutError):
             wait_until(
-                f"{HOLDER}'s copy to reconcile", reconciled, options.reconcile_timeout_s, every=0.5
+                f"{HOLDER}'s and {SECOND}'s copies to reconcile",
+                reconciled,
+                options.reconcile_timeout_s,
+                every=0.5,
             )
 
         def resolved() -> bool:
@@ -223,20 +225,27 @@ def _run(
             newest = max(consumer.tentative_seen, default=-1) // 1000
             return consumer.rule.next_bucket > newest
 
-        def log_corrected() -> bool:
-            # T's stable log resumes its boundary once STABLE: wait until it passes every
+        def log_corrected(holder: str) -> bool:
+            # A copy's stable log resumes its boundary once STABLE: wait until it passes every
             # bucket the copy processed (tentatively included) before comparing it.
-            processed = max((int(b[0]) for b in holder_state()["batches"]), default=0)
-            return (_boundary(locations[HOLDER], streams[HOLDER], tokens) or 0) >= processed
+            processed = max((int(b[0]) for b in copy_state(holder)["batches"]), default=0)
+            return (_boundary(locations[holder], streams[holder], tokens) or 0) >= processed
 
-        with contextlib.suppress(TimeoutError):
-            wait_until(f"{HOLDER}'s log to pass what it processed", log_corrected, 60, every=1.0)
+        for holder in HOLDERS:
+            with contextlib.suppress(TimeoutError):
+                wait_until(
+                    f"{holder}'s log to pass what it processed",
+                    functools.partial(log_corrected, holder),
+                    60,
+                    every=1.0,
+                )
         with contextlib.suppress(TimeoutError):
             wait_until("the consumer's stable output to pass the failure", resolved, 60)
         time.sleep(options.after_heal_s)
     finally:
         consumer.stop()
-    final_state = holder_state()
+    finished_at = time.time()
+    states = {holder: copy_state(holder) for holder in HOLDERS}
     registry_replicas = [
         {k: r.get(k) for k in ("task", "host", "technique", "state")} for r in admin.replicas()
     ]
@@ -244,6 +253,10 @@ def _run(
         permits: list[dict[str, Any]] | str = admin.permits()
     except Exception as error:  # the report says why, the checks do not depend on it
         permits = f"{type(error).__name__}: {error}"
+    try:
+        permit_records: list[dict[str, Any]] | str = _permit_records(admin, TASK)
+    except Exception as error:  # the check below then fails, saying why
+        permit_records = f"{type(error).__name__}: {error}"
     read_upto = consumer.rule.next_bucket
     with contextlib.suppress(TimeoutError):
         wait_until(
@@ -253,40 +266,49 @@ def _run(
             every=1.0,
         )
     with StreamClient(locations[OWNER], tokens=tokens) as client:
-        o_boundary = client.info(streams[OWNER])["boundary"]
-        upto = min(read_upto, int(o_boundary or 0))
+        found = client.info(streams[OWNER])["boundary"]
+        o_boundary = None if found is None else int(found)
+        upto = min(read_upto, o_boundary or 0)
         reference = sorted(rows(client.read(streams[OWNER], -(2**62), upto)))
-    replay_from = int(final_state["replay_from"])
-    with StreamClient(locations[HOLDER], tokens=tokens) as client:
-        t_boundary = client.info(streams[HOLDER])["boundary"]
-    both = min(int(b) for b in (o_boundary, t_boundary) if b is not None)
-    with StreamClient(locations[HOLDER], tokens=tokens) as client:
-        t_rows = sorted(rows(client.read(streams[HOLDER], replay_from + 1, both)))
-    with StreamClient(locations[OWNER], tokens=tokens) as client:
-        o_rows = sorted(rows(client.read(streams[OWNER], replay_from + 1, both)))
+    logs = {
+        holder: compare_logs(
+            (locations[OWNER], streams[OWNER]),
+            (locations[holder], streams[holder]),
+            o_boundary,
+            int(states[holder]["replay_from"]),
+            tokens,
+        )
+        for holder in HOLDERS
+    }
     report = _report(
         options,
         consumer,
         processes,
         reference,
-        final_state,
+        states[HOLDER],
         failure_at=failure_at,
         heal_at=heal_at,
         started=started,
         compared_below=upto,
         stime_to_wall=stime_to_wall,
-        replica_rows=len(t_rows),
-        replicas_agree=bool(t_rows) and t_rows == o_rows,
-        boundaries={OWNER: o_boundary, HOLDER: t_boundary},
+        replica_rows=len(logs[HOLDER].replica_rows),
+        replicas_agree=logs[HOLDER].agree,
+        boundaries={OWNER: o_boundary, HOLDER: logs[HOLDER].boundary},
     )
     report["proxy_stats"] = asdict(proxy.stats)
     report["registry_replicas"] = registry_replicas
     report["permits"] = permits
-    options.report_dir.mkdir(parents=True, exist_ok=True)
-    (options.report_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))
-    for check, passed in report["checks"].items():
-        console.print(f"{'[green]pass[/]' if passed else '[red]FAIL[/]'} {check}")
-    console.print(f"report: {options.report_dir / 'report.json'}")
+    _two_copies(
+        report,
+        states,
+        logs,
+        permit_records,
+        started=started,
+        failure_at=failure_at,
+        heal_at=heal_at,
+        finished_at=finished_at,
+    )
+    write_report(report, options.report_dir, console)
     return report
 
 
@@ -305,6 +327,43 @@ def node_latencies(holder: dict[str, Any]) -> dict[int, tuple[float, bool]]:
                 first[bucket] = (float(sent_at) - (bucket + 1 + offset_s), bool(tentative))
         previous_end = end if previous_end is None else max(previous_end, end)
     return first
+
+
+@dataclass(frozen=True)
+class CopyLatency:
+    """The paper's added latency at one copy: per input bucket, first processed (tentatively or
+    stably) minus its end, above the median before the cut; buckets the copy processed before
+    the consumer started (its start-up) left out."""
+
+    live: dict[int, tuple[float, bool]]
+    offset_s: float
+    baseline: float | None
+    worst: float | None
+
+    @classmethod
+    def of(cls, holder: dict[str, Any], started: float, failure_at: float) -> CopyLatency:
+        per_bucket = node_latencies(holder)
+        offset_s = float(holder["clock_offset_ms"]) / 1000
+        before = [
+            lat
+            for bucket, (lat, _) in per_bucket.items()
+            if started <= bucket + 1 + offset_s < failure_at
+        ]
+        live = {b: v for b, v in per_bucket.items() if bucket_after(b, offset_s, started)}
+        return cls(
+            live,
+            offset_s,
+            statistics.median(before) if before else None,
+            max((lat for lat, _ in live.values()), default=None),
+        )
+
+    @property
+    def added(self) -> float | None:
+        return None if self.baseline is None or self.worst is None else self.worst - self.baseline
+
+    @property
+    def tentative_buckets(self) -> list[int]:
+        return sorted(b for b, (_, tentative) in self.live.items() if tentative)
 
 
 def _stabilizations(history: list[list[Any]], started: float) -> list[list[int | None]]:
@@ -344,20 +403,9 @@ def _report(
     def ms(at: float) -> int:
         return round((at - started) * 1000)
 
-    # At the node: per input bucket, first processed minus its end, above the median before
-    # the cut (buckets the copy processed before the consumer started are its start-up).
-    per_bucket = node_latencies(holder)
-    offset_s = float(holder["clock_offset_ms"]) / 1000
-    before = [
-        lat
-        for bucket, (lat, _) in per_bucket.items()
-        if started <= bucket + 1 + offset_s < failure_at
-    ]
-    live = {b: v for b, v in per_bucket.items() if bucket_after(b, offset_s, started)}
-    baseline = statistics.median(before) if before else None
-    worst = max((lat for lat, _ in live.values()), default=None)
-    added = None if baseline is None or worst is None else worst - baseline
-    tentative_buckets = sorted(b for b, (_, tentative) in live.items() if tentative)
+    latency = CopyLatency.of(holder, started, failure_at)
+    live, offset_s, tentative_buckets = latency.live, latency.offset_s, latency.tentative_buckets
+    baseline, worst, added = latency.baseline, latency.worst, latency.added
     # At the consumer: per window end, when it first held a row of it (tentative or stable),
     # minus the end on the wall clock (rows of its first read, the log's backlog, left out).
     window_seen: dict[int, float] = defaultdict(lambda: float("inf"))
@@ -491,7 +539,7 @@ def _report(
         "log_boundaries": boundaries,
         "detector": {"interval_ms": round(options.heartbeat_s * 1000), "misses": options.misses},
     }
-    limit_s = max_delay_s + LATENCY_SLACK_S
+    limit_s = latency_limit_s(max_delay_s)
     report["checks"] = {
         "output_matches_reference": bool(reference) and compared == reference and via_replica > 0,
         "tentative_results_during_failure": report["tentative_tuples"] > 0
@@ -513,6 +561,233 @@ def _report(
     }
     report["ok"] = all(report["checks"].values())
     return report
+
+
+def latency_limit_s(max_delay_s: float) -> float:
+    return max_delay_s + LATENCY_SLACK_S
+
+
+def _permit_records(admin: FedloadClient, fragment: str) -> list[dict[str, Any]]:
+    """The registry's record of the fragment's permit: its audit entries (a grant to a new
+    holder, and each release; renewals write none), oldest first."""
+    found: list[dict[str, Any]] = []
+    cursor: int | None = None
+    while True:
+        params: dict[str, Any] = {"limit": 500} | ({} if cursor is None else {"cursor": cursor})
+        page = admin._call("GET", "/v1/audit", params=params)
+        for entry in page["items"]:
+            detail = entry.get("detail") or {}
+            if entry["entity_type"] != "permit" or detail.get("fragment") != fragment:
+                continue
+            found.append(
+                {
+                    "id": int(entry["id"]),
+                    "action": str(entry["action"]),
+                    "at": datetime.fromisoformat(str(entry["at"])).timestamp(),
+                    "replica": str(detail.get("replica")),
+                    "fence": detail.get("fence"),
+                }
+            )
+        cursor = page.get("next_cursor")
+        if cursor is None:
+            return sorted(found, key=lambda r: int(r["id"]))
+
+
+def permit_intervals(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Who held the permit from when (granted) to when (released; None: never released, its
+    lease ran out), from the registry's records oldest first. A grant to the same replica with
+    no release in between (its lease ran out and nobody else asked) continues its interval."""
+    intervals: list[dict[str, Any]] = []
+    for record in records:
+        last = intervals[-1] if intervals else None
+        if record["action"] == "permit.granted":
+            if (
+                last is not None
+                and last["replica"] == record["replica"]
+                and last["released"] is None
+            ):
+                continue
+            intervals.append(
+                {
+                    "replica": record["replica"],
+                    "fence": record["fence"],
+                    "granted": record["at"],
+                    "released": None,
+                }
+            )
+        elif record["action"] == "permit.released":
+            for interval in reversed(intervals):
+                if interval["replica"] == record["replica"] and interval["released"] is None:
+                    interval["released"] = record["at"]
+                    break
+    return intervals
+
+
+def intervals_overlap(intervals: list[dict[str, Any]]) -> bool:
+    """Whether a holder's interval had not ended (released) when the next holder's began: the
+    permit went to another copy by the lease's expiry while the first may still reconcile."""
+    return any(
+        a["released"] is None or a["released"] > b["granted"]
+        for a, b in itertools.pairwise(intervals)
+    )
+
+
+def _state_at(history: list[list[Any]], at: float) -> str | None:
+    state = None
+    for name, since in history:
+        if float(since) <= at:
+            state = str(name)
+    return state
+
+
+def one_copy_serving(histories: list[list[list[Any]]], lo: float, hi: float) -> bool:
+    """At every moment in [lo, hi] one copy is STABLE or UP_FAILURE (sending within X): checked
+    at ``lo`` and at every change of state within it."""
+    serving = {NodeState.STABLE.value, NodeState.UP_FAILURE.value}
+    moments = [lo, *(float(at) for h in histories for _, at in h if lo <= float(at) <= hi)]
+    return all(any(_state_at(h, at) in serving for h in histories) for at in moments)
+
+
+def _reconciling(state: dict[str, Any]) -> list[dict[str, float | None]]:
+    """Each reconciliation of a copy by its own record: began (the permit granted, the redo
+    started), switched (the UNDO sent; None: the redo was dropped) and STABLE again after."""
+    history = state.get("history", [])
+    out: list[dict[str, float | None]] = []
+    for record in state.get("reconciled", []):
+        switched = record.get("switched")
+        stable = None
+        if switched is not None:
+            stable = next(
+                (
+                    float(at)
+                    for name, at in history
+                    if name == NodeState.STABLE.value and float(at) >= float(switched)
+                ),
+                None,
+            )
+        out.append(
+            {
+                "began": float(record["began"]),
+                "switched": None if switched is None else float(switched),
+                "stable": stable,
+            }
+        )
+    return out
+
+
+def _within_permits(
+    periods: list[dict[str, float | None]], holder: str, intervals: list[dict[str, Any]]
+) -> bool:
+    """Every completed reconciliation of ``holder`` lies inside one of its permit intervals
+    (the registry's clock and the agents' are this machine's)."""
+    mine = [i for i in intervals if i["replica"] == holder]
+    for period in periods:
+        began, stable = period["began"], period["stable"]
+        if began is None or stable is None:
+            continue
+        if not any(
+            i["granted"] <= began and i["released"] is not None and stable <= i["released"]
+            for i in mine
+        ):
+            return False
+    return True
+
+
+def _two_copies(
+    report: dict[str, Any],
+    states: dict[str, dict[str, Any]],
+    logs: dict[str, CopyLogs],
+    permit_records: list[dict[str, Any]] | str,
+    *,
+    started: float,
+    failure_at: float,
+    heal_at: float,
+    finished_at: float,
+) -> None:
+    """Per copy: its states, reconciliations, latency and corrected log; the permit's intervals
+    from the registry's records; and the checks that the copies reconciled one at a time."""
+
+    def ms(at: float | None) -> int | None:
+        return None if at is None else round((at - started) * 1000)
+
+    copies: dict[str, dict[str, Any]] = {}
+    corrected: dict[str, bool] = {}
+    within_x: dict[str, bool] = {}
+    periods = {holder: _reconciling(state) for holder, state in states.items()}
+    for holder, state in states.items():
+        latency = CopyLatency.of(state, started, failure_at)
+        tentative = latency.tentative_buckets
+        history = state.get("history", [])
+        went_tentative = [float(at) for name, at in history if name == NodeState.UP_FAILURE.value]
+        boundary = logs[holder].boundary
+        corrected[holder] = (
+            state.get("state") == NodeState.STABLE.value
+            and int(state.get("undos", 0)) >= 1
+            and int(state.get("corrections", 0)) > 0
+            and int(state.get("rec_dones", 0)) >= 1
+            and bool(went_tentative)
+            and failure_at <= min(went_tentative) < heal_at
+            and logs[holder].agree
+            and bool(tentative)
+            and int(boundary or 0) > tentative[-1]
+        )
+        added = latency.added
+        within_x[holder] = added is not None and added <= latency_limit_s(
+            float(state["max_delay_seconds"])
+        )
+        copies[holder] = {
+            "final_state": state.get("state"),
+            "history": [[name, ms(float(at))] for name, at in history],
+            "reconciliations": [{k: ms(v) for k, v in p.items()} for p in periods[holder]],
+            "redo_failures": state.get("redo_failures"),
+            "permits_lost": state.get("permits_lost"),
+            "tentative_rows": int(state.get("tentative_rows", 0)),
+            "tentative_buckets": len(tentative),
+            "undos": int(state.get("undos", 0)),
+            "corrections": int(state.get("corrections", 0)),
+            "rec_dones": int(state.get("rec_dones", 0)),
+            "baseline_latency_ms": None
+            if latency.baseline is None
+            else round(latency.baseline * 1000, 1),
+            "max_added_latency_ms": None if added is None else round(added * 1000, 1),
+            "log_boundary": boundary,
+            "log_rows_compared": len(logs[holder].replica_rows),
+            "log_equals_owners": logs[holder].agree,
+            "notes": state.get("notes"),
+        }
+    report["copies"] = copies
+    if isinstance(permit_records, str):
+        report["permit_intervals"] = permit_records
+        intervals: list[dict[str, Any]] = []
+        overlap = True
+    else:
+        intervals = permit_intervals(permit_records)
+        overlap = intervals_overlap(intervals)
+        report["permit_intervals"] = [
+            {
+                "replica": i["replica"],
+                "fence": i["fence"],
+                "granted_ms": ms(i["granted"]),
+                "released_ms": ms(i["released"]),
+            }
+            for i in intervals
+        ]
+    report["reconciliations_overlap"] = overlap
+    histories = [state.get("history", []) for state in states.values()]
+    report["checks"].update(
+        {
+            # The registry granted the permit to one copy at a time, each released it before
+            # the next grant, both copies held it after the heal, and each copy's reconciliation
+            # (redo to STABLE) lies inside its own permit.
+            "reconciliations_one_at_a_time": not overlap
+            and {i["replica"] for i in intervals if i["granted"] >= heal_at} == set(states)
+            and all(_within_permits(periods[h], h, intervals) for h in states),
+            "one_copy_serving_throughout": one_copy_serving(histories, failure_at, finished_at),
+            "every_copy_corrected": all(corrected.values()),
+            "every_copy_within_max_delay": all(within_x.values()),
+        }
+    )
+    report["ok"] = all(report["checks"].values())
 
 
 def bucket_after(bucket: int, offset_s: float, started: float) -> bool:

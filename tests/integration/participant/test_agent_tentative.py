@@ -4,13 +4,16 @@ and corrects after the heal (``spark_jobs.scenarios.tentative``, the scenario ``
 --scenario tentative --engine agents`` runs).
 
 One federation of processes for every case (``fedload serve`` on SQLite, the agents of O, the
-primary's host, and T, the replica holder, each with its own Spark); the cases read its report.
-The cut is real (O's agent advertises a TCP proxy that holds bytes while cut), the replica is a
-running DPC copy in T's agent, and the consumer is the one consumer rule over Flight.
+primary's host, and T and U, the two replica holders, each with its own Spark); the cases read
+its report. The cut is real (O's agent advertises a TCP proxy that holds bytes while cut), each
+replica is a running DPC copy in its holder's agent, and the consumer is the one consumer rule
+over Flight (reading O and T). After the heal both copies ask the registry for the
+reconciliation permit, which it grants to one at a time.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -20,14 +23,17 @@ from rich.console import Console
 
 from spark_jobs.scenarios.tentative import (
     HOLDER,
+    HOLDERS,
     LATENCY_SLACK_S,
     OWNER,
+    SECOND,
     TentativeOptions,
     run_tentative,
 )
 
-# Two agents with Spark: about two minutes on a quiet machine.
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
+# Three agents with Spark, two reconciliations one after the other: about four minutes on a
+# quiet machine, ten at load 10-15.
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 
 @pytest.fixture(scope="module")
@@ -82,8 +88,56 @@ def test_the_consumers_stable_output_is_the_failure_free_one(report) -> None:
 
 def test_everything_ran_in_its_own_process(report) -> None:
     processes = report["processes"]
-    assert {OWNER, HOLDER, "service"} <= set(processes)
+    assert {OWNER, HOLDER, SECOND, "service"} <= set(processes)
     assert len(set(processes.values())) == len(processes)
-    held = [r for r in report["registry_replicas"] if r["host"] == HOLDER]
-    assert held and held[0]["technique"] == "active_standby"
+    for holder in HOLDERS:
+        held = [r for r in report["registry_replicas"] if r["host"] == holder]
+        assert held and held[0]["technique"] == "active_standby", report["registry_replicas"]
     assert report["ok"], report["checks"]
+
+
+def test_the_two_copies_reconcile_one_at_a_time_under_the_registrys_permit(report) -> None:
+    # The registry's records (grants and releases in its audit log): after the heal it granted
+    # the permit to each copy, each released it before the next grant.
+    intervals = report["permit_intervals"]
+    assert isinstance(intervals, list), intervals
+    after_heal = [i for i in intervals if i["granted_ms"] >= report["heal_at_ms"]]
+    assert {i["replica"] for i in after_heal} == {HOLDER, SECOND}, intervals
+    for earlier, later in itertools.pairwise(intervals):
+        assert earlier["released_ms"] is not None, intervals
+        assert earlier["released_ms"] <= later["granted_ms"], intervals
+    assert report["reconciliations_overlap"] is False
+    # Each copy's own reconciliation (redo started to STABLE again) lies inside its permit, and
+    # neither lost its permit mid-redo (renewed past the registry's 10 s lease).
+    for holder in HOLDERS:
+        copy = report["copies"][holder]
+        done = [r for r in copy["reconciliations"] if r["stable"] is not None]
+        assert done, copy
+        mine = [i for i in intervals if i["replica"] == holder]
+        for period in done:
+            assert any(
+                i["granted_ms"] <= period["began"] and period["stable"] <= i["released_ms"]
+                for i in mine
+            ), (holder, period, intervals)
+        assert copy["permits_lost"] == 0, copy
+    assert report["checks"]["reconciliations_one_at_a_time"], report["checks"]
+    # So one copy was STABLE or UP_FAILURE (serving within X) at every moment from the cut on.
+    assert report["checks"]["one_copy_serving_throughout"], report["copies"]
+
+
+def test_each_copy_went_tentative_and_ends_stable_with_the_owners_output(report) -> None:
+    x_ms = report["max_delay_ms"]
+    for holder in HOLDERS:
+        copy = report["copies"][holder]
+        went_tentative = [at for state, at in copy["history"] if state == "UP_FAILURE"]
+        assert went_tentative, (holder, copy["history"])
+        assert report["failure_at_ms"] <= went_tentative[0] < report["heal_at_ms"], copy
+        assert copy["tentative_rows"] > 0 and copy["tentative_buckets"] > 0, copy
+        assert copy["undos"] >= 1 and copy["corrections"] > 0 and copy["rec_dones"] >= 1, copy
+        assert copy["final_state"] == "STABLE", copy
+        # Its corrected log equals O's over every window it computed, the cut included.
+        assert copy["log_equals_owners"] and copy["log_rows_compared"] > 0, copy
+        # Within X also while the other copy reconciled (each waits its turn tentatively).
+        assert copy["max_added_latency_ms"] is not None, copy
+        assert copy["max_added_latency_ms"] <= x_ms + LATENCY_SLACK_S * 1000, (holder, copy)
+    assert report["checks"]["every_copy_corrected"], report["checks"]

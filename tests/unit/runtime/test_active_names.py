@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs.runtime.active import active_name, is_active_copy
+from spark_jobs.runtime.active import active_consumer, active_name, is_active_copy
 
 
 @pytest.mark.parametrize(
@@ -28,3 +28,14 @@ def test_which_directories_belong_to_an_active_copy(directory: str, copy: bool) 
 def test_the_copy_acknowledges_as_a_position_of_its_task() -> None:
     # The registry lets a runner acknowledge as <consumer>.<purpose>, never as another consumer.
     assert active_name("O.x") == "O.x.active"
+
+
+def test_each_holders_copy_acknowledges_as_a_position_of_its_own() -> None:
+    # Two holders sharing one position: the first to reconcile acknowledged past what the
+    # second's redo had to re-read, and the producer trimmed it.
+    assert active_consumer("O.x", "T") == "O.x.active.T"
+    assert active_consumer("O.x", "T") != active_consumer("O.x", "U")
+    # Still a position of the task's (the registry's <consumer>.<purpose> rule), and not a
+    # directory name the host's clean-up would take for the copy's.
+    assert active_consumer("O.x", "U").startswith("O.x.")
+    assert not is_active_copy(active_consumer("O.x", "U"))

@@ -1,0 +1,60 @@
+"""The tentative scenario's reading of the registry's permit records and the copies' states
+(``spark_jobs.scenarios.tentative``): intervals, overlap, one copy serving throughout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spark_jobs.scenarios.tentative import intervals_overlap, one_copy_serving, permit_intervals
+
+
+def record(action: str, replica: str, at: float, fence: int = 1) -> dict[str, Any]:
+    return {"action": f"permit.{action}", "replica": replica, "at": at, "fence": fence}
+
+
+def test_grants_released_before_the_next_one_do_not_overlap() -> None:
+    records = [
+        record("granted", "T", 10.0, 1),
+        record("released", "T", 40.0, 1),
+        record("granted", "U", 40.5, 2),
+        record("released", "U", 70.0, 2),
+    ]
+    intervals = permit_intervals(records)
+    assert [(i["replica"], i["granted"], i["released"]) for i in intervals] == [
+        ("T", 10.0, 40.0),
+        ("U", 40.5, 70.0),
+    ]
+    assert not intervals_overlap(intervals)
+
+
+def test_a_grant_to_another_copy_before_the_release_is_an_overlap() -> None:
+    # T's lease ran out mid-redo (never renewed), U got the permit, T released late (refused:
+    # the registry records no release of T's).
+    records = [record("granted", "T", 10.0, 1), record("granted", "U", 21.0, 2)]
+    assert intervals_overlap(permit_intervals(records))
+    released_late = [*records[:1], record("released", "T", 25.0), records[1]]
+    released_late.sort(key=lambda r: r["at"])
+    assert intervals_overlap(permit_intervals(released_late))
+
+
+def test_a_regrant_to_the_same_copy_continues_its_interval() -> None:
+    records = [
+        record("granted", "T", 10.0, 1),
+        record("granted", "T", 22.0, 2),
+        record("released", "T", 30.0, 2),
+        record("granted", "U", 31.0, 3),
+    ]
+    intervals = permit_intervals(records)
+    assert [(i["replica"], i["granted"], i["released"]) for i in intervals] == [
+        ("T", 10.0, 30.0),
+        ("U", 31.0, None),
+    ]
+    assert not intervals_overlap(intervals)
+
+
+def test_one_copy_serving_needs_one_stable_or_up_failure_at_every_change() -> None:
+    t = [["STABLE", 0.0], ["UP_FAILURE", 10.0], ["STABILIZATION", 30.0], ["STABLE", 31.0]]
+    u = [["STABLE", 0.0], ["UP_FAILURE", 10.5], ["STABILIZATION", 50.0], ["STABLE", 52.0]]
+    assert one_copy_serving([t, u], 5.0, 60.0)
+    both = [["STABLE", 0.0], ["UP_FAILURE", 10.5], ["STABILIZATION", 30.5], ["STABLE", 33.0]]
+    assert not one_copy_serving([t, both], 5.0, 60.0)
