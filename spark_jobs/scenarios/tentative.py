@@ -657,11 +657,24 @@ def _reconciling(state: dict[str, Any]) -> list[dict[str, float | None]]:
         switched = record.get("switched")
         stable = None
         if switched is not None:
+            # STABLE from the STABILIZATION this reconciliation entered, not from ``switched``:
+            # the UNDO and REC_DONE go out inside the switch, so the copy is STABLE again before
+            # the switch's own time is taken (after the redo query is adopted; seen in CI,
+            # 2026-11-26: STABLE 62 ms before ``switched``, so the reconciliation read as never
+            # done).
+            entered = next(
+                (
+                    float(at)
+                    for name, at in history
+                    if name == NodeState.STABILIZATION.value and float(at) >= float(record["began"])
+                ),
+                float(switched),
+            )
             stable = next(
                 (
                     float(at)
                     for name, at in history
-                    if name == NodeState.STABLE.value and float(at) >= float(switched)
+                    if name == NodeState.STABLE.value and float(at) >= entered
                 ),
                 None,
             )

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from spark_jobs.scenarios.tentative import intervals_overlap, one_copy_serving, permit_intervals
+from spark_jobs.scenarios.tentative import (
+    _reconciling,
+    intervals_overlap,
+    one_copy_serving,
+    permit_intervals,
+)
 
 
 def record(action: str, replica: str, at: float, fence: int = 1) -> dict[str, Any]:
@@ -58,3 +63,26 @@ def test_one_copy_serving_needs_one_stable_or_up_failure_at_every_change() -> No
     assert one_copy_serving([t, u], 5.0, 60.0)
     both = [["STABLE", 0.0], ["UP_FAILURE", 10.5], ["STABILIZATION", 30.5], ["STABLE", 33.0]]
     assert not one_copy_serving([t, both], 5.0, 60.0)
+
+
+def test_a_copy_stable_again_before_its_switch_was_timed_reconciled() -> None:
+    # The history of U's copy in a CI run: STABLE 62 ms before the switch's own timestamp (the
+    # UNDO and REC_DONE go out inside the switch).
+    state = {
+        "history": [
+            ["STABLE", 1.0],
+            ["UP_FAILURE", 10.0],
+            ["STABILIZATION", 90.127],
+            ["STABLE", 90.480],
+        ],
+        "reconciled": [{"began": 30.847, "switched": 90.542}],
+    }
+    assert _reconciling(state) == [{"began": 30.847, "switched": 90.542, "stable": 90.480}]
+
+
+def test_a_dropped_redo_is_not_a_completed_reconciliation() -> None:
+    state = {
+        "history": [["UP_FAILURE", 10.0], ["STABILIZATION", 40.0], ["STABLE", 41.0]],
+        "reconciled": [{"began": 20.0}, {"began": 39.0, "switched": 41.5}],
+    }
+    assert [r["stable"] for r in _reconciling(state)] == [None, 41.0]
