@@ -36,7 +36,7 @@ from app.federation.document import FederationDoc
 from app.participant.client import FedloadClient
 from spark_jobs.ha.faultproxy import CutMode
 from spark_jobs.runtime.dataplane import TokenSource
-from spark_jobs.runtime.transport import StreamClient
+from spark_jobs.runtime.transport import StreamClient, TransferError
 from spark_jobs.scenarios.harness import wait_until
 from spark_jobs.scenarios.processes import AgentSettings, Placement, ProcessFederation
 
@@ -279,6 +279,14 @@ class FlightLink:
             return NodeState(dpc_state(self._get(), self.stream)["state"])
         except flight.FlightError:
             self.drop()
+            raise
+        except TransferError as error:
+            # ``StreamClient.call`` wraps Flight's errors: a call that timed out on a loaded
+            # machine is the link's failure, as for a read, not the consumer's (seen in CI,
+            # 2026-11-26: one "Deadline Exceeded" counted as a consumer error, output exact).
+            self.drop()
+            if isinstance(error.__cause__, flight.FlightError):
+                raise error.__cause__ from None
             raise
 
     def close(self) -> None:
