@@ -27,8 +27,6 @@ gap's output resumed after the failure with its loss counted.
 from __future__ import annotations
 
 import json
-import secrets
-import tempfile
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -46,8 +44,9 @@ from spark_jobs.runtime.dataplane import RegistryTokens, registry_tokens
 from spark_jobs.runtime.failover import FAILOVERS, backup_consumer, standby_consumer
 from spark_jobs.runtime.transport import HOLD_ALL, StreamClient
 from spark_jobs.scenarios.harness import running, wait_until
-from spark_jobs.scenarios.processes import AgentSettings, Placement, ProcessFederation
+from spark_jobs.scenarios.processes import Placement, ProcessFederation
 from spark_jobs.scenarios.reference import check_rows, live_rows
+from spark_jobs.scenarios.replicas import RunOptions, scenario_federation
 from spark_jobs.session import build_session
 
 FEDERATION = Path(__file__).with_name("crash-federation.yaml")
@@ -65,19 +64,12 @@ RECOVERY_OF = {"G.x": "gap", "R.x": "rollback", "P.x": "precise", "V.x": "active
 
 
 @dataclass(frozen=True)
-class CrashOptions:
+class CrashOptions(RunOptions):
     report_dir: Path = Path("var/reports/demo/crash")
-    work: Path | None = None
-    database_url: str | None = None
     # Seconds of output after the standby is in place before the SIGKILL, and of output after
     # every task recovered before the comparison (windows are 4 s).
     before_kill_s: float = 6.0
     after_recovery_s: float = 10.0
-    # The service's heartbeat interval: S is failed after 3 missed ones. Generous, because an
-    # agent's tick (its heartbeat) waits for Spark, and a loaded machine (two cores shared by a
-    # CI run) stretched S's ticks past 3 x 3 s: T then failed S over while it was alive.
-    heartbeat_interval: float = 5.0
-    startup_timeout_s: float = 600.0
     recovery_timeout_s: float = 180.0
 
 
@@ -121,19 +113,11 @@ def run_crash(
 ) -> dict[str, Any]:
     console = console or Console()
     doc = load_federation(FEDERATION)
-    work = options.work or Path(tempfile.mkdtemp(prefix="fedload-crash-"))
     eager = Placement(args=("--spark-eager",))
-    fed = ProcessFederation(
-        doc,
-        work,
-        database_url=options.database_url,
-        admin_key=secrets.token_urlsafe(16),
-        lease_seconds=15.0,
-        heartbeat_interval=options.heartbeat_interval,
-        # No trading: only the failovers move anything. Owners run no Spark (their tasks are
-        # sources); the host and the holder start theirs with their agents.
-        agent_settings=AgentSettings(offer_interval=3600.0),
-        placements={HOST: eager, HOLDER: eager},
+    # No trading: only the failovers move anything. Owners run no Spark (their tasks are
+    # sources); the host and the holder start theirs with their agents.
+    fed = scenario_federation(
+        doc, options, {HOST: eager, HOLDER: eager}, "crash", lease_seconds=15.0
     )
     with running(fed, console) as admin:
         return _run(options, console, fed, admin, spark)
