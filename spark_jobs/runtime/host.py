@@ -47,6 +47,19 @@ class StreamRef:
 
     location: str
     stream: str
+    # The same stream's stable logs written by active copies of its producer: the fragment
+    # reads each bucket from whichever holds it (``spark_jobs.runtime.sunion``, "Replicated
+    # inputs"), so a primary cut off or behind does not hold it back.
+    alternates: tuple[StreamRef, ...] = ()
+
+    def source(self) -> dict[str, Any]:
+        """The SUnion source's ``inputs`` entry for this stream."""
+        entry: dict[str, Any] = {"location": self.location, "stream": self.stream}
+        if self.alternates:
+            entry["alternates"] = [
+                {"location": a.location, "stream": a.stream} for a in self.alternates
+            ]
+        return entry
 
 
 @dataclass(frozen=True)
@@ -362,7 +375,7 @@ class FragmentRuntime:
         replay_from: int | None,
         sink: SOutput | None,
     ) -> StreamingQuery:
-        inputs = [{"location": i.location, "stream": i.stream} for i in spec.inputs]
+        inputs = [i.source() for i in spec.inputs]
         self._hold_inputs(spec, replay_from)
         reader = (
             self.spark.readStream.format(SUnionDataSource.name())
@@ -415,7 +428,7 @@ class FragmentRuntime:
         ``StreamClient.hold``). From a checkpoint the fragment's own earlier acks already stand
         (hold never moves them back); a fresh start holds from its replay point or everything."""
         consumer = spec.options.get("consumer", spec.name)
-        for ref in spec.inputs:
+        for ref in (r for i in spec.inputs for r in (i, *i.alternates)):
             try:
                 with StreamClient(ref.location, timeout=HOLD_TIMEOUT_S) as client:
                     client.hold(ref.stream, consumer, replay_from)

@@ -18,6 +18,18 @@ Options: ``inputs`` (JSON list of ``{"location", "stream"}``), ``consumer`` (the
 acknowledgements belong to the fragment, not to a host, so a moved fragment keeps its place),
 ``start_bucket`` (replay point when there is no checkpoint), ``max_buckets_per_batch``.
 
+Replicated inputs: an input may name ``alternates`` (``[{"location", "stream"}, ...]``), the
+stable logs of the same stream written by active copies of its producer (Borealis SIGMOD 2005,
+4.3). Every copy of a deterministic fragment over SUnion-serialised input writes the same stable
+rows per bucket, so a bucket complete in any copy's log is the bucket: the input's boundary is
+the furthest boundary of its reachable sources, and each bucket is read from the first source
+(the primary first) whose log holds it complete. A primary cut off, or behind after a heal, is
+then passed over bucket by bucket, at bucket edges, with nothing lost or read twice, and a
+copy's log holds only stable rows, so whatever is read from it is stable (the one consumer
+rule's "a STABLE replica first", ``app.availability.consumer``, on the stable logs). Every
+reachable source gets the fragment's acknowledgements, so each keeps what a restart must read
+again. The spool and the offsets are per input, not per source.
+
 DPC (optional, ``delay_budget_ms`` set): a bucket some input has not closed is released
 TENTATIVE once the clock passes its end plus the budget (``app.availability.sunion`` decides;
 see ``spark_jobs/runtime/dpc.py`` for the rest). Such an offset carries ``tentative_from``, the
@@ -192,6 +204,9 @@ class BucketRange(InputPartition):
     # The read token, minted when the batch was planned: an executor on a cluster shares no
     # file with the agent, so the token travels with the partition.
     token: str | None = None
+    # A replicated input: the source whose log holds the range (when the batch was planned),
+    # read instead of ``location``/``stream``, which then only name the input (its spool).
+    source: tuple[str, str] | None = None
 
 
 class SUnionDataSource(DataSource):
@@ -209,9 +224,16 @@ class SUnionDataSource(DataSource):
 
 class SUnionReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        self.inputs: list[dict[str, str]] = json.loads(options["inputs"])
+        self.inputs: list[dict[str, Any]] = json.loads(options["inputs"])
         if not self.inputs:
             raise ValueError("SUnion needs at least one input stream")
+        for n, i in enumerate(self.inputs):
+            for alternate in i.get("alternates", []):
+                if not isinstance(alternate, dict) or set(alternate) != {"location", "stream"}:
+                    raise ValueError(
+                        f"SUnion: inputs[{n}].alternates: each needs exactly "
+                        f"'location' and 'stream', got {alternate!r}"
+                    )
         self.consumer = options["consumer"]
         self.start_bucket = int(options["start_bucket"]) if "start_bucket" in options else None
         self.max_buckets = int(options.get("max_buckets_per_batch", "0")) or None
@@ -323,38 +345,60 @@ class SUnionReader(DataSourceStreamReader):
         return location not in self._suspects
 
     @staticmethod
-    def _key(i: dict[str, str]) -> str:
+    def _key(i: dict[str, Any]) -> str:
         return f"{i['location']}/{i['stream']}"
 
-    def _info(self, i: dict[str, str]) -> dict[str, Any]:
-        """The input's info, or the last one it gave while it is unreachable ("no news")."""
-        key = self._key(i)
-        if self.delay_budget_ms is None:
+    @staticmethod
+    def _sources(i: dict[str, Any]) -> list[tuple[str, str]]:
+        """Where input ``i`` can be read: its primary, then its alternates, in that order."""
+        return [
+            (i["location"], i["stream"]),
+            *((a["location"], a["stream"]) for a in i.get("alternates", [])),
+        ]
+
+    def _info(self, i: dict[str, Any]) -> dict[str, Any]:
+        """The input's info, or the last one it gave while it is unreachable ("no news"); for a
+        replicated input, the furthest boundary any of its sources reported."""
+        if not i.get("alternates"):
+            return self._source_info(i["location"], i["stream"], replicated=False)
+        infos = [self._source_info(*source, replicated=True) for source in self._sources(i)]
+        boundaries = [info["boundary"] for info in infos if info["boundary"] is not None]
+        firsts = [info["first"] for info in infos if info["first"] is not None]
+        return {
+            "boundary": max(boundaries) if boundaries else None,
+            "first": min(firsts) if firsts else None,
+        }
+
+    def _source_info(self, location: str, stream: str, *, replicated: bool) -> dict[str, Any]:
+        key = f"{location}/{stream}"
+        if self.delay_budget_ms is None and not replicated:
             # Without DPC nothing is released on a deadline, so "no news" buys nothing and
             # costs correctness: Spark's processAllAvailable took a late answer on a busy
             # machine for "no more data", and a stopped fragment missed its last rows (demo).
-            # The stable path waits for the producer, as it always did.
-            blocking = f"blocking:{i['location']}"
+            # The stable path waits for the producer, as it always did. (A replicated input
+            # cannot: a cut primary would hold back what its copies already have.)
+            blocking = f"blocking:{location}"
             if blocking not in self._clients:
-                self._clients[blocking] = StreamClient(i["location"], **self._credentials())
-            self._known[key] = self._clients[blocking].info(i["stream"])
+                self._clients[blocking] = StreamClient(location, **self._credentials())
+            self._known[key] = self._clients[blocking].info(stream)
             return self._known[key]
-        if self.reachable(i["location"]):
+        if self.reachable(location):
             # The one call every trigger makes on the planning path, a few bytes each way: its
             # own short deadline, because the first trigger after a silent cut waits for it in
             # full (1 s with call_timeout_ms, measured as latestOffset in Spark's progress) and
             # that wait adds to the bucket's latency against X. A healthy answer that misses it
-            # costs one trigger of "no news" while the probe clears the suspicion.
-            planning = f"info:{i['location']}"
+            # costs one trigger of "no news" while the probe clears the suspicion. Without DPC
+            # (a replicated input) nothing waits on X: the longer read deadline.
+            planning = f"info:{location}"
             if planning not in self._clients:
-                self._clients[planning] = TimedClient(
-                    i["location"], self.info_timeout_s, **self._credentials()
-                )
+                dpc = self.delay_budget_ms is not None
+                timeout = self.info_timeout_s if dpc else self.call_timeout_s
+                self._clients[planning] = TimedClient(location, timeout, **self._credentials())
             try:
-                self._known[key] = self._clients[planning].info(i["stream"])
+                self._known[key] = self._clients[planning].info(stream)
             except UNREACHABLE:
                 self._clients.pop(planning).close()
-                self._drop(i["location"], i["stream"])
+                self._drop(location, stream)
         return self._known.get(key, {"boundary": None, "first": None})
 
     def _infos(self) -> list[dict[str, Any]]:
@@ -372,16 +416,16 @@ class SUnionReader(DataSourceStreamReader):
             for i, info in zip(self.inputs, infos, strict=True)
         ]
 
-    def _fill_spool(self, i: dict[str, str], boundary: int | None, begin: int) -> int | None:
+    def _fill_spool(self, i: dict[str, Any], boundary: int | None, begin: int) -> int | None:
         assert self.spool is not None
         if boundary is None:
             return None
-        key, location, stream = self._key(i), i["location"], i["stream"]
+        key = self._key(i)
         # Bounded: a replay far behind spools a few batches ahead, not the whole backlog.
         ahead = (self.max_buckets or 16) * 4
         # The release rules wait only for the buckets from where this query stands.
         start = max(begin, self._frontier.get(key, begin))
-        frontier = self._spool_range(location, stream, start, min(boundary, start + ahead))
+        frontier = self._spool_range(i, start, min(boundary, start + ahead))
         self._frontier[key] = frontier
         if self._first_tentative is not None and self._first_tentative < begin:
             # In failure the redo reads [first tentative, begin) again, stably, and should find
@@ -391,25 +435,45 @@ class SUnionReader(DataSourceStreamReader):
             backlog = f"{key}#backlog"
             low = max(self._first_tentative, self._frontier.get(backlog, self._first_tentative))
             high = min(begin, boundary, low + BACKLOG_BUCKETS_PER_CALL)
-            self._frontier[backlog] = self._spool_range(location, stream, low, high)
+            self._frontier[backlog] = self._spool_range(i, low, high)
         return frontier
 
-    def _spool_range(self, location: str, stream: str, bucket: int, upto: int) -> int:
-        """Copy buckets [bucket, upto) into the spool; returns the first one not there (where a
-        cut or the end stopped it)."""
+    def _spool_range(self, i: dict[str, Any], bucket: int, upto: int) -> int:
+        """Copy input ``i``'s buckets [bucket, upto) into the spool; returns the first one not
+        there (where a cut or the end stopped it)."""
         assert self.spool is not None
+        location, stream = i["location"], i["stream"]  # the input's, whichever source gives it
         while bucket < upto:
             if not self.spool.has(location, stream, bucket):
-                if not self.reachable(location):
-                    break
-                try:
-                    table = self._client(location).read(stream, bucket, bucket + 1).read_all()
-                except UNREACHABLE:
-                    self._drop(location, stream)
+                table = self._read_complete(i, bucket)
+                if table is None:
                     break
                 self.spool.put(location, stream, bucket, table)
             bucket += 1
         return bucket
+
+    def _read_complete(self, i: dict[str, Any], bucket: int) -> pa.Table | None:
+        """Input ``i``'s bucket from the first reachable source whose log holds it complete;
+        None when none can give it now."""
+        for location, stream in self._holding(i, bucket + 1):
+            try:
+                return self._client(location).read(stream, bucket, bucket + 1).read_all()
+            except UNREACHABLE:
+                self._drop(location, stream)
+        return None
+
+    def _holding(self, i: dict[str, Any], upto: int) -> list[tuple[str, str]]:
+        """Input ``i``'s reachable sources whose logs hold every bucket below ``upto`` (as they
+        last reported), the primary first. Unreplicated: the primary if reachable (its own
+        boundary is what asked for the range)."""
+        if not i.get("alternates"):
+            return [(i["location"], i["stream"])] if self.reachable(i["location"]) else []
+        holding = []
+        for location, stream in self._sources(i):
+            boundary = self._known.get(f"{location}/{stream}", {}).get("boundary")
+            if self.reachable(location) and boundary is not None and boundary >= upto:
+                holding.append((location, stream))
+        return holding
 
     def initialOffset(self) -> dict[str, int]:
         # A fresh query (no checkpoint) starts at the replay point, else at the oldest bucket
@@ -418,14 +482,26 @@ class SUnionReader(DataSourceStreamReader):
             return {"bucket": self.start_bucket}
         # Every input must answer here (no deadline, no "last known"): starting from a partial
         # view would start past rows of the input that did not answer.
-        infos = []
-        for i in self.inputs:
-            with StreamClient(i["location"], **self._credentials()) as client:
-                infos.append(client.info(i["stream"]))
+        infos = [self._first_answer(i) for i in self.inputs]
         firsts = [info["first"] for info in infos if info["first"] is not None]
         boundaries = [info["boundary"] for info in infos if info["boundary"] is not None]
         candidates = firsts or boundaries
         return {"bucket": min(candidates) if candidates else 0}
+
+    def _first_answer(self, i: dict[str, Any]) -> dict[str, Any]:
+        """The info of the input's first source to answer (a replicated input's primary may be
+        cut off); the primary, however long it takes, when none does."""
+        if i.get("alternates"):
+            for location, stream in self._sources(i):
+                timed = TimedClient(location, self.call_timeout_s, **self._credentials())
+                try:
+                    return timed.info(stream)
+                except UNREACHABLE:
+                    continue
+                finally:
+                    timed.close()
+        with StreamClient(i["location"], **self._credentials()) as client:
+            return client.info(i["stream"])
 
     def _now_ms(self) -> int:
         if self.clock_location is not None and self.clock_stream is not None:
@@ -531,15 +607,31 @@ class SUnionReader(DataSourceStreamReader):
         if lo >= hi:
             return []
         tentative = end.get("tentative_from")
-        return [
-            BucketRange(i["location"], i["stream"], lo, hi, tentative, self._read_token(i))
-            for i in self.inputs
-        ]
+        return [self._range(i, lo, hi, tentative) for i in self.inputs]
 
-    def _read_token(self, i: dict[str, str]) -> str | None:
+    def _range(self, i: dict[str, Any], lo: int, hi: int, tentative: int | None) -> BucketRange:
+        if not i.get("alternates"):
+            token = self._read_token(i["location"], i["stream"])
+            return BucketRange(i["location"], i["stream"], lo, hi, tentative, token)
+        # Read from a source that holds the range's stable part complete (one did: the input's
+        # boundary is its sources' furthest); the tentative part, from what it has.
+        stable_hi = hi if tentative is None else max(lo, tentative)
+        reachable = [s for s in self._sources(i) if self.reachable(s[0])]
+        location, stream = (self._holding(i, stable_hi) or reachable or self._sources(i))[0]
+        return BucketRange(
+            i["location"],
+            i["stream"],
+            lo,
+            hi,
+            tentative,
+            self._read_token(location, stream),
+            source=(location, stream),
+        )
+
+    def _read_token(self, location: str, stream: str) -> str | None:
         if self.tokens is None:
             return None
-        return self.tokens.token(i["location"], Grant(frozenset({READ}), stream=i["stream"]))
+        return self.tokens.token(location, Grant(frozenset({READ}), stream=stream))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, BucketRange)
@@ -592,14 +684,15 @@ class SUnionReader(DataSourceStreamReader):
         # A stable run must be read whatever it costs (no deadline: on a busy machine a short
         # one fails healthy reads); a tentative run must not wait for a cut input.
         credentials = self._credentials(partition.token)
+        location, stream = partition.source or (partition.location, partition.stream)
         client = (
-            TimedClient(partition.location, self.call_timeout_s, **credentials)
+            TimedClient(location, self.call_timeout_s, **credentials)
             if tentative
-            else StreamClient(partition.location, **credentials)
+            else StreamClient(location, **credentials)
         )
         try:
             # Whole or nothing: a cut in the middle of the stream must not leave half a run.
-            return [chunk.data for chunk in client.read(partition.stream, lo, hi)]
+            return [chunk.data for chunk in client.read(stream, lo, hi)]
         except UNREACHABLE:
             if tentative:
                 # Tentative: computed from what is available, and this input is not.
@@ -632,12 +725,14 @@ class SUnionReader(DataSourceStreamReader):
         if limit is not None:
             bucket = min(bucket, limit)
         for i in self.inputs:
-            # Acknowledgements only grow: a later commit sends a later one after the heal.
-            if self.reachable(i["location"]):
-                try:
-                    self._client(i["location"]).ack(i["stream"], self.consumer, bucket)
-                except UNREACHABLE:
-                    self._drop(i["location"], i["stream"])
+            # Every source keeps what this fragment may read again, so every source is told.
+            for location, stream in self._sources(i):
+                # Acknowledgements only grow: a later commit sends a later one after the heal.
+                if self.reachable(location):
+                    try:
+                        self._client(location).ack(stream, self.consumer, bucket)
+                    except UNREACHABLE:
+                        self._drop(location, stream)
             if self.spool is not None:
                 # The spool keeps what the producers keep: a redo reads it again.
                 self.spool.trim(i["location"], i["stream"], bucket)

@@ -1,0 +1,213 @@
+"""A replicated input: SUnion reads each bucket from whichever copy's stable log holds it.
+
+Against real Flight logs, the reader driven directly (no Spark): the primary's log ("source")
+and an active copy's log of the same stream ("home", under the copy's name) hold the same
+stable rows per bucket, as every copy of a deterministic fragment writes them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from spark_jobs.fragments import CONNECTION_SCHEMA
+from spark_jobs.generators import split_buckets
+from spark_jobs.runtime import StreamRef, StreamServer
+from spark_jobs.runtime.sunion import SUnionReader
+from spark_jobs.runtime.transport import publish
+from tests.integration.runtime.conftest import (
+    BUCKET,
+    GENERATOR,
+    declare,
+    ports_fragment,
+    rows,
+    run_reference,
+)
+
+COPY = "up.out@T"
+
+
+def replicated(servers, **extra) -> SUnionReader:
+    inputs = [
+        {
+            "location": servers["source"].location,
+            "stream": "up.out",
+            "alternates": [{"location": servers["home"].location, "stream": COPY}],
+        }
+    ]
+    # A short deadline: a cut-off primary costs each trigger this much at most.
+    options = {"inputs": json.dumps(inputs), "consumer": "down", "call_timeout_ms": "300"}
+    return SUnionReader({**options, **extra}, CONNECTION_SCHEMA)
+
+
+def rows_read(reader: SUnionReader, start: dict[str, int], end: dict[str, int]) -> pa.Table:
+    batches = [b for part in reader.partitions(start, end) for b in reader.read(part)]
+    return pa.Table.from_batches(batches).select(CONNECTION_SCHEMA.names)
+
+
+def sorted_rows(table: pa.Table) -> list[tuple]:
+    return sorted(tuple(r.values()) for r in table.to_pylist())
+
+
+def test_a_bucket_complete_in_any_copy_is_released_and_read_from_it(servers):
+    primary, copy = declare(servers["source"], "up.out"), declare(servers["home"], COPY)
+    data = GENERATOR.seconds(0, 6)
+    first = min(b for b, _ in split_buckets(data, BUCKET))
+    reader = replicated(servers, start_bucket=str(first))
+    try:
+        # The primary is behind (two buckets), its copy has six.
+        publish(primary, "up.out", GENERATOR.seconds(0, 2), BUCKET)
+        publish(copy, COPY, data, BUCKET)
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, None)
+        assert end == {"bucket": first + 6}
+        (part,) = reader.partitions(start, end)
+        assert part.source == (servers["home"].location, COPY)
+        assert sorted_rows(rows_read(reader, start, end)) == sorted_rows(data)
+        # Both sources keep what the fragment may read again, so both get its acknowledgement.
+        reader.commit(end)
+        assert primary.info("up.out")["acks"] == {"down": first + 6}
+        assert copy.info(COPY)["acks"] == {"down": first + 6}
+    finally:
+        reader.stop()
+        primary.close()
+        copy.close()
+
+
+def test_the_primary_is_read_while_it_holds_the_range(servers):
+    primary, copy = declare(servers["source"], "up.out"), declare(servers["home"], COPY)
+    data = GENERATOR.seconds(0, 4)
+    first = min(b for b, _ in split_buckets(data, BUCKET))
+    reader = replicated(servers, start_bucket=str(first))
+    try:
+        publish(primary, "up.out", data, BUCKET)
+        publish(copy, COPY, GENERATOR.seconds(0, 3), BUCKET)
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, None)
+        assert end == {"bucket": first + 4}
+        (part,) = reader.partitions(start, end)
+        assert part.source == (servers["source"].location, "up.out")
+    finally:
+        reader.stop()
+        primary.close()
+        copy.close()
+
+
+def test_a_primary_cut_off_is_passed_over_without_waiting_for_it(servers):
+    primary, copy = declare(servers["source"], "up.out"), declare(servers["home"], COPY)
+    data = GENERATOR.seconds(0, 6)
+    first = min(b for b, _ in split_buckets(data, BUCKET))
+    reader = replicated(servers, start_bucket=str(first))
+    try:
+        publish(primary, "up.out", GENERATOR.seconds(0, 3), BUCKET)
+        publish(copy, COPY, GENERATOR.seconds(0, 3), BUCKET)
+        start = reader.initialOffset()
+        middle = reader.latestOffset(start, None)
+        assert middle == {"bucket": first + 3}
+        head = rows_read(reader, start, middle)
+        reader.commit(middle)
+        # The primary's host goes away; its copy goes on.
+        primary.close()
+        servers["source"].shutdown()
+        publish(copy, COPY, GENERATOR.seconds(3, 6), BUCKET)
+        end = reader.latestOffset(middle, None)
+        assert end == {"bucket": first + 6}
+        assert not reader.reachable(servers["source"].location)
+        tail = rows_read(reader, middle, end)
+        # Nothing lost, nothing read twice across the switch at the bucket edge.
+        assert sorted_rows(pa.concat_tables([head, tail])) == sorted_rows(data)
+        reader.commit(end)
+        assert copy.info(COPY)["acks"] == {"down": first + 6}
+    finally:
+        reader.stop()
+        copy.close()
+
+
+def test_the_spool_fills_each_bucket_from_a_copy_that_holds_it(servers, tmp_path: Path):
+    primary, copy = declare(servers["source"], "up.out"), declare(servers["home"], COPY)
+    data = GENERATOR.seconds(0, 5)
+    first = min(b for b, _ in split_buckets(data, BUCKET))
+    # DPC's path: complete buckets are spooled before release; a long budget, so nothing goes
+    # tentative here.
+    reader = replicated(
+        servers,
+        start_bucket=str(first),
+        delay_budget_ms="600000",
+        spool_dir=str(tmp_path / "spool"),
+    )
+    try:
+        publish(primary, "up.out", GENERATOR.seconds(0, 2), BUCKET)
+        publish(copy, COPY, data, BUCKET)
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, None)
+        assert end == {"bucket": first + 5}  # stable: no tentative_from
+        spool = reader.spool
+        assert spool is not None
+        location = servers["source"].location  # the input's name in the spool
+        assert all(spool.has(location, "up.out", b) for b in range(first, first + 5))
+        assert sorted_rows(rows_read(reader, start, end)) == sorted_rows(data)
+    finally:
+        reader.stop()
+        primary.close()
+        copy.close()
+
+
+@pytest.mark.parametrize(
+    "alternate",
+    [{"location": "grpc://127.0.0.1:1"}, "grpc://127.0.0.1:1", {"stream": "s", "x": 1}],
+)
+def test_an_alternate_without_location_and_stream_is_refused(servers, alternate):
+    inputs = [{"location": servers["source"].location, "stream": "up.out"}]
+    inputs[0]["alternates"] = [alternate]  # type: ignore[assignment]
+    with pytest.raises(ValueError, match=r"inputs\[0\]\.alternates: each needs exactly"):
+        SUnionReader({"inputs": json.dumps(inputs), "consumer": "down"}, CONNECTION_SCHEMA)
+
+
+@pytest.mark.spark
+def test_a_fragment_reading_a_replicated_input_outlives_the_primary(servers, make_runtime):
+    """On Spark: the executors read what the planner chose, and the fragment's output equals
+    the unreplicated reference although the primary's host went away mid-stream."""
+    seconds = 12
+    expected = run_reference(
+        make_runtime,
+        servers,
+        lambda c: publish(c, "conns-ref", GENERATOR.seconds(0, seconds), BUCKET),
+    )
+    holder = StreamServer()  # the active copy's host
+    primary, copy = declare(servers["source"], "up.out"), declare(holder, COPY)
+    declare(servers["home"], "out").close()
+    spec = ports_fragment("down", servers["source"], "up.out", servers["home"], "out")
+    spec = dataclasses.replace(
+        spec,
+        inputs=(
+            StreamRef(
+                servers["source"].location,
+                "up.out",
+                alternates=(StreamRef(holder.location, COPY),),
+            ),
+        ),
+        options={"call_timeout_ms": "300"},
+    )
+    host = make_runtime("D")
+    try:
+        # Second 6 is mid-window ([4, 8)): the switch happens inside a window's state.
+        for client, stream in ((primary, "up.out"), (copy, COPY)):
+            publish(client, stream, GENERATOR.seconds(0, 6), BUCKET)
+        host.start(spec, epoch=0).processAllAvailable()
+        primary.close()
+        servers["source"].shutdown()
+        publish(copy, COPY, GENERATOR.seconds(6, seconds), BUCKET)
+        host.query("down").processAllAvailable()
+        host.stop("down")
+        assert rows(servers["home"].log.table("out")) == expected
+        # The copy was told how far the fragment got, so it may trim.
+        assert copy.info(COPY)["acks"]["down"] >= min(
+            b for b, _ in split_buckets(GENERATOR.seconds(seconds - 1, seconds), BUCKET)
+        )
+    finally:
+        copy.close()
+        holder.shutdown()
