@@ -183,7 +183,12 @@ EXAMPLES: dict[str, Example] = {
         "inputs": [{"task": "A.conns"}],
     },
     "TaskInput": {"task": "A.conns"},
-    "TaskInputRead": {"task": "A.conns", "fragment": "generator", "served_by": "A"},
+    "TaskInputRead": {
+        "task": "A.conns",
+        "fragment": "generator",
+        "served_by": "A",
+        "active_copies": [],
+    },
     "TaskRead": {
         "id": 4,
         "name": "A.q01",

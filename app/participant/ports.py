@@ -36,6 +36,9 @@ class TaskRecord:
     input_fragments: tuple[str | None, ...] = ()
     # Who serves each input's stream (TaskInputRead.served_by; None: its owner, as before).
     input_served_by: tuple[str | None, ...] = ()
+    # Per input, who runs an active replica of its task (TaskInputRead.active_copies): their
+    # own logs of the stream are alternates to read it from.
+    input_copies: tuple[tuple[str, ...], ...] = ()
 
     @property
     def real(self) -> bool:
@@ -66,6 +69,7 @@ class TaskRecord:
             inputs=tuple(str(i["task"]) for i in raw),
             input_fragments=tuple(i.get("fragment") for i in raw),
             input_served_by=tuple(i.get("served_by") for i in raw),
+            input_copies=tuple(tuple(i.get("active_copies") or ()) for i in raw),
         )
 
 

@@ -6,7 +6,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from app.db import keyset
-from app.models import Task
+from app.models import Participant, Replica, ReplicaTechnique, Task
 
 
 def get_by_name(session: Session, name: str) -> Task | None:
@@ -40,3 +40,22 @@ def inputs_by_name(
         select(Task.name, Task.fragment, Task.owner_id, Task.host_id).where(Task.name.in_(wanted))
     )
     return {name: (fragment, owner, host) for name, fragment, owner, host in rows}
+
+
+def active_copy_holders(session: Session, names: Iterable[str]) -> dict[str, list[str]]:
+    """Per named task with active replicas: the participants running them, by name. Each
+    keeps the task's stable output in a log of its own (``<task>.out@<holder>``)."""
+    wanted = list(set(names))
+    if not wanted:
+        return {}
+    rows = session.execute(
+        select(Task.name, Participant.name)
+        .join(Replica, Replica.task_id == Task.id)
+        .join(Participant, Participant.id == Replica.participant_id)
+        .where(Task.name.in_(wanted), Replica.technique == ReplicaTechnique.active_standby)
+        .order_by(Task.name, Participant.name)
+    )
+    found: dict[str, list[str]] = {}
+    for task, holder in rows:
+        found.setdefault(task, []).append(holder)
+    return found

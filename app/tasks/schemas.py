@@ -28,6 +28,13 @@ class TaskInputRead(TaskInput):
         description="The participant whose data-plane endpoint serves the input's stream: its "
         "owner, or for a source running on a partner, that partner.",
     )
+    active_copies: list[str] = Field(
+        default_factory=list,
+        description="Participants running an active replica of the input's task: each keeps "
+        "the stream's stable rows in a log of its own, '<task>.out@<participant>' on its "
+        "endpoint, which a consumer may read instead of the owner's (a bucket is the same in "
+        "every copy's log).",
+    )
 
 
 class TaskCreate(BaseModel):

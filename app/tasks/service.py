@@ -38,6 +38,7 @@ def to_read(session: Session, tasks: list[Task]) -> list[TaskRead]:
     names = participants.names_by_id(
         session, [t.owner_id for t in tasks] + [t.host_id for t in tasks] + list(served.values())
     )
+    copies = repository.active_copy_holders(session, inputs)
     return [
         TaskRead(
             id=t.id,
@@ -52,7 +53,9 @@ def to_read(session: Session, tasks: list[Task]) -> list[TaskRead]:
             lease_epoch=t.lease_epoch,
             fragment=t.fragment,
             params=dict(t.params or {}),
-            inputs=[_input_read(str(i["task"]), inputs, served, names) for i in t.inputs or []],
+            inputs=[
+                _input_read(str(i["task"]), inputs, served, names, copies) for i in t.inputs or []
+            ],
         )
         for t in tasks
     ]
@@ -63,12 +66,14 @@ def _input_read(
     inputs: dict[str, tuple[str | None, int, int]],
     served: dict[str, int],
     names: dict[int, str],
+    copies: dict[str, list[str]],
 ) -> TaskInputRead:
     found = inputs.get(task)
     return TaskInputRead(
         task=task,
         fragment=None if found is None else found[0],
         served_by=None if task not in served else names[served[task]],
+        active_copies=copies.get(task, []),
     )
 
 

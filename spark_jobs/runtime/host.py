@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.flight as flight
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -428,7 +429,7 @@ class FragmentRuntime:
         ``StreamClient.hold``). From a checkpoint the fragment's own earlier acks already stand
         (hold never moves them back); a fresh start holds from its replay point or everything."""
         consumer = spec.options.get("consumer", spec.name)
-        for ref in (r for i in spec.inputs for r in (i, *i.alternates)):
+        for ref, alternate in ((r, r is not i) for i in spec.inputs for r in (i, *i.alternates)):
             try:
                 with StreamClient(ref.location, timeout=HOLD_TIMEOUT_S) as client:
                     client.hold(ref.stream, consumer, replay_from)
@@ -440,6 +441,14 @@ class FragmentRuntime:
                 # first acknowledgement there. Starting matters more (DPC runs on cut inputs).
                 log.warning(
                     "%s: could not hold %s at %s: %s", spec.name, ref.stream, ref.location, error
+                )
+            except (flight.FlightError, pa.ArrowException) as error:
+                if not alternate:
+                    raise
+                # An active copy whose log has not begun: the source passes it over until it
+                # has (sunion's replicated inputs) and acknowledges there from then on.
+                log.info(
+                    "%s: no alternate %s at %s yet: %s", spec.name, ref.stream, ref.location, error
                 )
 
     def stop(self, fragment: str) -> None:

@@ -45,6 +45,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from app.dataplane.streams import replica_stream
 from app.dataplane.tokens import load_public_key
 from app.participant.client import ApiError, FedloadClient
 from app.participant.command import (
@@ -522,19 +523,31 @@ class SparkParticipantHost:
         if None in served:
             return None  # a serving partner has not reported its endpoint yet
         input_kind = next((f for f in task.input_fragments if f), catalogue.GENERATOR)
+        copies = (*task.input_copies, *[()] * len(task.inputs))[: len(task.inputs)]
         return FragmentSpec(
             name=task.name,
             build=catalogue.build(task.fragment, task.params),
             input_schema=catalogue.input_schema(input_kind),
             inputs=tuple(
-                StreamRef(str(at), f"{name}.out")
-                for name, at in zip(task.inputs, served, strict=True)
+                StreamRef(str(at), f"{name}.out", self._alternates(name, holders))
+                for name, at, holders in zip(task.inputs, served, copies, strict=True)
             ),
             output=StreamRef(owner, task.output_stream),
             bucket_seconds=BUCKET_SECONDS,
             trigger_seconds=0.5,
             max_buckets_per_batch=20,
         )
+
+    def _alternates(self, task: str, holders: tuple[str, ...]) -> tuple[StreamRef, ...]:
+        """The stable logs of ``task``'s active copies whose holders have reported an
+        endpoint: the fragment reads a bucket from any of them when the owner's log lacks it (a
+        cut link, an owner behind), ``spark_jobs.runtime.sunion``'s replicated inputs."""
+        found = []
+        for holder in holders:
+            endpoint = self._endpoint(holder)
+            if endpoint is not None:
+                found.append(StreamRef(endpoint, replica_stream(task, holder)))
+        return tuple(found)
 
     def _resolve_release(self, fragment: str) -> None:
         """Forget a release whose movement the registry has decided."""

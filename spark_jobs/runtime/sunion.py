@@ -129,6 +129,9 @@ UNREACHABLE = (
     flight.FlightTimedOutError,
     flight.FlightCancelledError,
 )
+# What a source answering with an error looks like: a server-side failure, or a Python error in
+# its handler mapped back (an unknown stream is a KeyError there, an ArrowKeyError here).
+ANSWERED_WITH_ERROR = (flight.FlightError, pa.ArrowException)
 # gRPC's default reconnect backoff grows to 120 s: after a long cut the channel would stay down
 # long after the heal. A short cap makes the heal visible within a trigger or two.
 _CHANNEL_OPTIONS = [
@@ -361,7 +364,10 @@ class SUnionReader(DataSourceStreamReader):
         replicated input, the furthest boundary any of its sources reported."""
         if not i.get("alternates"):
             return self._source_info(i["location"], i["stream"], replicated=False)
-        infos = [self._source_info(*source, replicated=True) for source in self._sources(i)]
+        infos = [
+            self._source_info(*source, replicated=True, alternate=n > 0)
+            for n, source in enumerate(self._sources(i))
+        ]
         boundaries = [info["boundary"] for info in infos if info["boundary"] is not None]
         firsts = [info["first"] for info in infos if info["first"] is not None]
         return {
@@ -369,7 +375,9 @@ class SUnionReader(DataSourceStreamReader):
             "first": min(firsts) if firsts else None,
         }
 
-    def _source_info(self, location: str, stream: str, *, replicated: bool) -> dict[str, Any]:
+    def _source_info(
+        self, location: str, stream: str, *, replicated: bool, alternate: bool = False
+    ) -> dict[str, Any]:
         key = f"{location}/{stream}"
         if self.delay_budget_ms is None and not replicated:
             # Without DPC nothing is released on a deadline, so "no news" buys nothing and
@@ -399,6 +407,12 @@ class SUnionReader(DataSourceStreamReader):
             except UNREACHABLE:
                 self._clients.pop(planning).close()
                 self._drop(location, stream)
+            except ANSWERED_WITH_ERROR:
+                if not alternate:
+                    raise
+                # An alternate that cannot give the stream (its copy has not begun its log, or
+                # it holds the replica no more) is no source for now; asked again next trigger.
+                self._known.pop(key, None)
         return self._known.get(key, {"boundary": None, "first": None})
 
     def _infos(self) -> list[dict[str, Any]]:
@@ -455,11 +469,15 @@ class SUnionReader(DataSourceStreamReader):
     def _read_complete(self, i: dict[str, Any], bucket: int) -> pa.Table | None:
         """Input ``i``'s bucket from the first reachable source whose log holds it complete;
         None when none can give it now."""
+        primary = (i["location"], i["stream"])
         for location, stream in self._holding(i, bucket + 1):
             try:
                 return self._client(location).read(stream, bucket, bucket + 1).read_all()
             except UNREACHABLE:
                 self._drop(location, stream)
+            except ANSWERED_WITH_ERROR:
+                if (location, stream) == primary:
+                    raise  # the input itself refuses: loudly, as an unreplicated input does
         return None
 
     def _holding(self, i: dict[str, Any], upto: int) -> list[tuple[str, str]]:
@@ -498,6 +516,10 @@ class SUnionReader(DataSourceStreamReader):
                     return timed.info(stream)
                 except UNREACHABLE:
                     continue
+                except ANSWERED_WITH_ERROR:
+                    if (location, stream) == (i["location"], i["stream"]):
+                        raise
+                    continue  # an alternate without the stream (yet)
                 finally:
                     timed.close()
         with StreamClient(i["location"], **self._credentials()) as client:
@@ -726,13 +748,17 @@ class SUnionReader(DataSourceStreamReader):
             bucket = min(bucket, limit)
         for i in self.inputs:
             # Every source keeps what this fragment may read again, so every source is told.
-            for location, stream in self._sources(i):
+            for n, (location, stream) in enumerate(self._sources(i)):
                 # Acknowledgements only grow: a later commit sends a later one after the heal.
                 if self.reachable(location):
                     try:
                         self._client(location).ack(stream, self.consumer, bucket)
                     except UNREACHABLE:
                         self._drop(location, stream)
+                    except ANSWERED_WITH_ERROR:
+                        if n == 0:
+                            raise
+                        # An alternate without the stream keeps nothing for us to trim.
             if self.spool is not None:
                 # The spool keeps what the producers keep: a redo reads it again.
                 self.spool.trim(i["location"], i["stream"], bucket)

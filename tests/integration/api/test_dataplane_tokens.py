@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from app.dataplane.tokens import Grant, load_public_key, verify
 from app.db.base import utcnow
@@ -141,7 +142,9 @@ def test_a_source_running_at_a_partner_is_served_there_and_readers_are_told_so(
     got, answer = ask(api, "A", operations=["append"], stream="A.x.out")
     assert (got, answer.get("serving")) == (200, "A")
     inputs = api.get("A", "/v1/tasks/A.x").json()["inputs"]
-    assert inputs == [{"task": "A.src", "fragment": "generator", "served_by": "C"}]
+    assert inputs == [
+        {"task": "A.src", "fragment": "generator", "served_by": "C", "active_copies": []}
+    ]
 
 
 def test_an_issued_token_verifies_with_the_published_key(moving: tuple[Api, int]) -> None:
@@ -314,3 +317,46 @@ def test_a_holder_promoted_by_a_failover_still_writes_its_copys_log(api: Api, db
         got, answer = ask(api, who, **body)
         assert got == status, (who, body, answer)
     assert registry_snapshot(db_url) == before
+
+
+def test_a_consumer_learns_its_inputs_active_copies_and_may_read_their_logs(
+    api: Api, db_url: str
+) -> None:
+    """A.s (prefix scanners) reads A.p (port scanners), whose active replica C holds: A.s's
+    record names C among its input's active copies, and A.s's host may read C's log of A.p's
+    output (the alternate it reads a bucket from when A's log lacks it). A passive standby
+    keeps no log of its own, so it is no active copy."""
+    _active_replica_on_c(api)
+    for body in (
+        {
+            "name": "A.p",
+            "load": 1.0,
+            "fragment": "distinct_ports_per_source",
+            "inputs": [{"task": "A.src"}],
+        },
+        {"name": "A.s", "load": 1.0, "fragment": "prefix_scanners", "inputs": [{"task": "A.p"}]},
+    ):
+        assert api.post("A", "/v1/tasks", body).status_code == 201, body
+    standby = api.post("A", "/v1/tasks/A.p/replicas", {"k": 1, "technique": "passive_standby"})
+    assert standby.status_code == 201, standby.text
+    inputs = api.get("A", "/v1/tasks/A.s").json()["inputs"]
+    assert inputs == [
+        {
+            "task": "A.p",
+            "fragment": "distinct_ports_per_source",
+            "served_by": "A",
+            "active_copies": [],
+        }
+    ]
+    # The standby's record goes, an active replica comes on the same holder.
+    with unit_of_work(db_url) as session:
+        session.execute(text("DELETE FROM replicas"))
+    active = api.post("A", "/v1/tasks/A.p/replicas", {"k": 1, "technique": "active_standby"})
+    assert active.status_code == 201, active.text
+    (entry,) = api.get("A", "/v1/tasks/A.s").json()["inputs"]
+    assert entry["active_copies"] == ["C"]
+    got, answer = ask(api, "A", operations=["read"], stream="A.p.out@C")
+    assert (got, answer.get("serving")) == (200, "C"), answer
+    # The input's own record (A.p reads a source) names none.
+    (source,) = api.get("A", "/v1/tasks/A.p").json()["inputs"]
+    assert source["active_copies"] == []

@@ -18,7 +18,7 @@ from spark_jobs.fragments import CONNECTION_SCHEMA
 from spark_jobs.generators import split_buckets
 from spark_jobs.runtime import StreamRef, StreamServer
 from spark_jobs.runtime.sunion import SUnionReader
-from spark_jobs.runtime.transport import publish
+from spark_jobs.runtime.transport import StreamClient, publish
 from tests.integration.runtime.conftest import (
     BUCKET,
     GENERATOR,
@@ -29,6 +29,7 @@ from tests.integration.runtime.conftest import (
 )
 
 COPY = "up.out@T"
+GHOST = "up.out@U"
 
 
 def replicated(servers, **extra) -> SUnionReader:
@@ -156,6 +157,32 @@ def test_the_spool_fills_each_bucket_from_a_copy_that_holds_it(servers, tmp_path
         copy.close()
 
 
+def test_an_alternate_without_the_stream_yet_is_no_source_and_no_failure(servers):
+    """An active copy that has not begun its log (its query is starting) answers "unknown
+    stream": the input is read from the primary meanwhile, and from the copy once it has it."""
+    primary, copy = declare(servers["source"], "up.out"), StreamClient(servers["home"].location)
+    data = GENERATOR.seconds(0, 4)
+    first = min(b for b, _ in split_buckets(data, BUCKET))
+    reader = replicated(servers, start_bucket=str(first))
+    try:
+        publish(primary, "up.out", GENERATOR.seconds(0, 2), BUCKET)
+        start = reader.initialOffset()
+        middle = reader.latestOffset(start, None)
+        assert middle == {"bucket": first + 2}
+        assert sorted_rows(rows_read(reader, start, middle)) == sorted_rows(GENERATOR.seconds(0, 2))
+        reader.commit(middle)  # no ack reaches a log that is not there, and none fails
+        copy.declare(COPY, BUCKET)
+        publish(copy, COPY, data, BUCKET)
+        end = reader.latestOffset(middle, None)
+        assert end == {"bucket": first + 4}
+        (part,) = reader.partitions(middle, end)
+        assert part.source == (servers["home"].location, COPY)
+    finally:
+        reader.stop()
+        primary.close()
+        copy.close()
+
+
 @pytest.mark.parametrize(
     "alternate",
     [{"location": "grpc://127.0.0.1:1"}, "grpc://127.0.0.1:1", {"stream": "s", "x": 1}],
@@ -187,7 +214,8 @@ def test_a_fragment_reading_a_replicated_input_outlives_the_primary(servers, mak
             StreamRef(
                 servers["source"].location,
                 "up.out",
-                alternates=(StreamRef(holder.location, COPY),),
+                # U's copy never begins its log: held, read and acknowledged around.
+                alternates=(StreamRef(holder.location, COPY), StreamRef(holder.location, GHOST)),
             ),
         ),
         options={"call_timeout_ms": "300"},

@@ -67,12 +67,13 @@ def test_a_source_is_served_where_it_runs_any_other_task_at_its_owner() -> None:
             "fragment": "connections_per_source",
             "inputs": [
                 {"task": "A.conns", "fragment": "generator", "served_by": "B"},
-                {"task": "A.near", "fragment": "generator"},
+                {"task": "A.near", "fragment": "generator", "active_copies": ["C", "D"]},
             ],
         }
     )
     assert record.inputs == ("A.conns", "A.near")
     assert record.input_served_by == ("B", None)
+    assert record.input_copies == ((), ("C", "D"))
 
 
 def test_defaults_fill_what_is_not_given() -> None:
