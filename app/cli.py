@@ -153,7 +153,8 @@ def serve(
         1,
         min=1,
         help="Uvicorn worker processes, each with its own connection pool "
-        "(FEDLOAD_MAX_CONCURRENT_REQUESTS + FEDLOAD_DB_POOL_SPARE connections).",
+        "(FEDLOAD_MAX_CONCURRENT_REQUESTS + FEDLOAD_DB_POOL_SPARE connections, and on "
+        "PostgreSQL FEDLOAD_MAX_CONCURRENT_REQUESTS more for reads).",
     ),
     access_log: bool | None = typer.Option(
         None,

@@ -196,7 +196,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.session_factory = session_factory(settings.database_url, settings.database_options())
     # GETs read outside a transaction on PostgreSQL: no BEGIN and COMMIT round trips.
-    app.state.autocommit_reads = autocommit_reads(app.state.session_factory.kw["bind"])
+    app.state.autocommit_reads = autocommit_reads(
+        settings.database_url, settings.read_database_options()
+    )
     # Per worker: verified keys and participant names. The sessions carry both, so that a
     # commit changing a participant's status or keys empties the first (app/auth/key_cache.py)
     # and only committed names enter the second (app/participants/name_cache.py).

@@ -63,7 +63,13 @@ class AdmissionLimit:
         if self._slots is None:  # served without a lifespan (a bare TestClient)
             self._slots = asyncio.Semaphore(self.limit)
         try:
-            async with asyncio.timeout(self.queue_seconds):
+            if self._slots.locked():
+                async with asyncio.timeout(self.queue_seconds):
+                    await self._slots.acquire()
+            else:
+                # A free slot, and nobody waiting for one (``locked``): taken without waiting,
+                # so nothing to time out. A timeout's set-up and cancellation cost more than
+                # the rest of this middleware (``bench/api/README.md``, session 24).
                 await self._slots.acquire()
         except TimeoutError:
             response = unavailable(

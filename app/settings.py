@@ -104,6 +104,20 @@ class Settings(BaseSettings):
             statement_timeout=self.db_statement_timeout_seconds,
         )
 
+    def read_database_options(self) -> DatabaseOptions:
+        """The pool of the API's reads outside a transaction (PostgreSQL,
+        ``app.db.session.autocommit_reads``): one connection per admitted request, never more.
+        A request holds at most one of each pool's connections at a time (a read that must
+        write gives its read connection back first, ``in_transaction_from_now``), so neither
+        pool makes an admitted request wait; the spares serve the other engine's users."""
+        return DatabaseOptions(
+            pool_size=self.max_concurrent_requests,
+            max_overflow=0,
+            pool_timeout=self.db_pool_timeout_seconds,
+            connect_timeout=self.db_connect_timeout_seconds,
+            statement_timeout=self.db_statement_timeout_seconds,
+        )
+
     @property
     def admins(self) -> dict[str, str]:
         """Every admin key in force, by the admin's name."""

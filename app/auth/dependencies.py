@@ -48,17 +48,36 @@ async def get_session(request: Request) -> Session:
     a generator: FastAPI wraps a generator dependency in an async context manager and a
     cancel scope of its own, a fifth of solving a request's dependencies
     (``bench/api/README.md``)."""
+    return request_session(request)
+
+
+# request.scope: the request's session once opened (every Request of one request shares it).
+_SESSION = "fedload.session"
+
+
+def request_session(request: Request) -> Session:
+    """The request's session (``get_session``), opened at the first ask.
+
+    For the dependencies that need the session only now and then: the caller's
+    (``BearerPrincipal``) gets it here rather than as a dependency of its own, since FastAPI
+    solves a sub-dependency's parameters (path, query, header, cookie) again wherever it is
+    declared, even when its value is cached: a fifth of solving a read's dependencies went to
+    the session's second declaration (``bench/api/README.md``, session 24)."""
+    session: Session | None = request.scope.get(_SESSION)
+    if session is not None:
+        return session
     factory = request.app.state.session_factory
     # A GET of the API's routers reads outside a transaction until it needs one (PostgreSQL).
     reads = getattr(request.app.state, "autocommit_reads", None)
     route = request.scope.get("route")
-    session: Session = (
+    session = (
         reading_session(factory, reads)
         if reads is not None and getattr(route, "reads_first", False)
         else factory()
     )
     stack: AsyncExitStack = request.scope["fastapi_function_astack"]
     stack.push_async_exit(functools.partial(_exit, session))
+    request.scope[_SESSION] = session
     return session
 
 
@@ -103,9 +122,7 @@ class BearerPrincipal(HTTPBearer):
     CPU than reading the header (``bench/api/README.md``). Being an ``HTTPBearer`` still, it is
     published in the OpenAPI document as before (the ``HTTPBearer`` scheme)."""
 
-    async def __call__(  # type: ignore[override]
-        self, request: Request, session: SessionDep
-    ) -> Principal:
+    async def __call__(self, request: Request) -> Principal:  # type: ignore[override]
         scheme, token = get_authorization_scheme_param(request.headers.get("Authorization"))
         if scheme.lower() != "bearer" or not token:
             raise Unauthorized(
@@ -117,10 +134,12 @@ class BearerPrincipal(HTTPBearer):
         cache = _key_cache(request)
         principal = _known(token, settings, cache)
         if principal is None:  # a query: on a thread
-            principal = await run_in_threadpool(_authenticate, token, settings, session, cache)
+            principal = await run_in_threadpool(
+                _authenticate, token, settings, request_session(request), cache
+            )
         if principal.participant_id is not None:
             # The caller's audit entries are about it: sealing them needs no lookup of its name.
-            remember_actor(session, principal.actor, principal.participant_id)
+            remember_actor(request_session(request), principal.actor, principal.participant_id)
         # For the request log (app/observability): who asked, by name.
         request.state.principal = principal
         return principal
@@ -174,10 +193,13 @@ def _authenticate(
 CurrentPrincipal = Annotated[Principal, Depends(current_principal)]
 
 
-def current_participant(principal: CurrentPrincipal, session: SessionDep) -> Participant:
+async def current_participant(principal: CurrentPrincipal, request: Request) -> Participant:
+    # The session from the request rather than declared (``request_session``); the lookup on
+    # a thread, as FastAPI ran the whole of this dependency when it was a plain function.
     if principal.participant_id is None:
         raise Forbidden("this endpoint is for participants; the admin key has no participant")
-    participant = session.get(Participant, principal.participant_id)
+    session = request_session(request)
+    participant = await run_in_threadpool(session.get, Participant, principal.participant_id)
     assert participant is not None  # authenticated a moment ago in the same transaction
     return participant
 

@@ -74,17 +74,23 @@ def get_engine(url: str, options: DatabaseOptions = DatabaseOptions()) -> Engine
 
 
 def dispose_engines(url: str) -> None:
-    """Close every pooled connection to ``url``, whatever the pool options: the API's engine
-    (sized by ``Settings.database_options``) and the scripts' alike. A SQLite file is complete
+    """Close every pooled connection to ``url``, whatever the pool options: the API's engines
+    (sized by ``Settings.database_options`` and ``read_database_options``) and the scripts'
+    alike. A SQLite file is complete
     on disk (its WAL checkpointed) only once no connection holds it, e.g. before it is copied."""
     wanted = normalise_url(url)
     with _ENGINES_LOCK:
-        engines = [engine for (u, _), engine in _ENGINES.items() if u == wanted]
+        engines = [
+            engine
+            for cache in (_ENGINES, _READ_ENGINES)
+            for (u, _), engine in cache.items()
+            if u == wanted
+        ]
     for engine in engines:
         engine.dispose()
 
 
-def _create_engine(url: str, options: DatabaseOptions) -> Engine:
+def _create_engine(url: str, options: DatabaseOptions, **engine_arguments: Any) -> Engine:
     _ensure_sqlite_folder(url)
     if url.startswith("sqlite"):
         # The API serves requests on a thread pool; a SQLite connection must be usable from
@@ -122,7 +128,9 @@ def _create_engine(url: str, options: DatabaseOptions) -> Engine:
         if make_url(url).get_driver_name() == "psycopg":
             # cursor.description built only when read (app/db/cursor.py)
             connect_args["cursor_factory"] = LazyDescriptionCursor
-    engine = create_engine(url, connect_args=connect_args, **_pool_arguments(url, options))
+    engine = create_engine(
+        url, connect_args=connect_args, **_pool_arguments(url, options), **engine_arguments
+    )
     _ping_when_idle(engine)
     return engine
 
@@ -179,12 +187,12 @@ def _plain_reads_only(  # type: ignore[no-untyped-def]
         raise NeedsTransaction(statement.split(None, 1)[0])
 
 
-_AUTOCOMMIT_READS: dict[Engine, Engine] = {}
+_READ_ENGINES: dict[tuple[str, DatabaseOptions], Engine] = {}
 
 
-def autocommit_reads(engine: Engine) -> Engine | None:
-    """``engine``'s connections without a transaction, for sessions that only read; None
-    unless PostgreSQL.
+def autocommit_reads(url: str, options: DatabaseOptions = DatabaseOptions()) -> Engine | None:
+    """An engine whose connections never open a transaction, for sessions that only read;
+    None unless PostgreSQL. One per URL and pool options, for the life of the process.
 
     psycopg opens a transaction with a BEGIN of its own before the first statement, and ends
     it with a COMMIT: on a request that sends one SELECT, three round trips where one does
@@ -192,16 +200,22 @@ def autocommit_reads(engine: Engine) -> Engine | None:
     which is also what READ COMMITTED (the registry's isolation) gives each statement of a
     transaction, so a request that only reads sees the same rows either way. Any other
     statement raises ``NeedsTransaction`` before it is sent: a write, or a locking read, is
-    only ever made inside a transaction. The pool is ``engine``'s: a connection returns to it
-    with psycopg's transactions again (SQLAlchemy resets the isolation level on checkin, on
-    the client side only)."""
-    if engine.dialect.name != "postgresql":
+    only ever made inside a transaction.
+
+    Its own pool, its connections put in autocommit once, when made: borrowing the
+    transactional engine's connections (``execution_options(isolation_level=...)``) set the
+    isolation level at every checkout and reset it at every checkin, which cost what the
+    BEGIN and COMMIT had (``bench/api/README.md``, session 24). Nothing is reset on checkin
+    either: a connection in autocommit has no transaction to roll back. Size it with
+    ``Settings.read_database_options``."""
+    key = (normalise_url(url), options)
+    if make_url(key[0]).get_backend_name() != "postgresql":
         return None
     with _ENGINES_LOCK:
-        reads = _AUTOCOMMIT_READS.get(engine)
+        reads = _READ_ENGINES.get(key)
         if reads is None:
-            reads = _AUTOCOMMIT_READS[engine] = engine.execution_options(
-                isolation_level="AUTOCOMMIT"
+            reads = _READ_ENGINES[key] = _create_engine(
+                key[0], options, isolation_level="AUTOCOMMIT", pool_reset_on_return=None
             )
             # On this engine only: the transactional engine's statements pay for no listener.
             event.listen(reads, "before_cursor_execute", _plain_reads_only)

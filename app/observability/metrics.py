@@ -67,9 +67,21 @@ PAYMENTS = Counter(
 LIVENESS_STATES = ("online", "suspect", "failed", "unknown")
 
 
+# Each request's two series, by (route, method, status): ``labels`` checks and joins its
+# arguments and takes the metric's lock at every call, to hand back the same child each time.
+_REQUEST_SERIES: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
+
 def count_request(route: str, method: str, status: int, seconds: float) -> None:
-    REQUESTS.labels(route=route, method=method, status=str(status)).inc()
-    LATENCY.labels(route=route, method=method).observe(seconds)
+    key = (route, method, status)
+    series = _REQUEST_SERIES.get(key)
+    if series is None:
+        series = _REQUEST_SERIES[key] = (
+            REQUESTS.labels(route=route, method=method, status=str(status)),
+            LATENCY.labels(route=route, method=method),
+        )
+    series[0].inc()
+    series[1].observe(seconds)
 
 
 def _count_audited(entries: list[sealing.CommittedEntry]) -> None:

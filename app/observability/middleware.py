@@ -69,6 +69,27 @@ def _error_detail(body: bytes) -> Any:
     return None
 
 
+def _log(
+    level: int, args: tuple[object, ...], fields: dict[str, Any], failure: Exception | None
+) -> None:
+    """The request's line, as ``access_log.log`` would make it but for the caller's file and
+    line, which are always this module's: ``Logger.log`` walks the stack to find them
+    (``findCaller``) at every request, and no formatter of ours shows them."""
+    exc_info = None if failure is None else (type(failure), failure, failure.__traceback__)
+    record = access_log.makeRecord(
+        access_log.name,
+        level,
+        __file__,
+        0,
+        "%s %s %s %.1fms",
+        args,
+        exc_info,
+        "__call__",
+        {FIELDS: fields},
+    )
+    access_log.handle(record)
+
+
 class RequestObservability:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -110,24 +131,17 @@ class RequestObservability:
             route = route_template(scope, root_before)
             method = str(scope.get("method", ""))
             count_request(route, method, status, seconds)
-            fields: dict[str, Any] = {
-                "request_id": request_id,
-                "method": method,
-                "route": route,
-                "status": status,
-                "duration_ms": round(seconds * 1000, 3),
-                "principal": _actor(scope),
-            }
-            if error_body:
-                fields["error"] = _error_detail(bytes(error_body))
-            access_log.log(
-                logging.ERROR if status >= 500 else logging.INFO,
-                "%s %s %s %.1fms",
-                method,
-                route,
-                status,
-                seconds * 1000,
-                extra={FIELDS: fields},
-                exc_info=failure,
-            )
+            level = logging.ERROR if status >= 500 else logging.INFO
+            if access_log.isEnabledFor(level):
+                fields: dict[str, Any] = {
+                    "request_id": request_id,
+                    "method": method,
+                    "route": route,
+                    "status": status,
+                    "duration_ms": round(seconds * 1000, 3),
+                    "principal": _actor(scope),
+                }
+                if error_body:
+                    fields["error"] = _error_detail(bytes(error_body))
+                _log(level, (method, route, status, seconds * 1000), fields, failure)
             request_id_var.reset(token)

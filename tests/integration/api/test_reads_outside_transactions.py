@@ -15,17 +15,20 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
+from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 
-from app.db.session import NeedsTransaction, _plain_reads_only, get_engine
+from app.db.session import NeedsTransaction, _plain_reads_only, autocommit_reads, get_engine
 from app.settings import Settings
 from tests.integration.api.conftest import Api
 
 
 @contextmanager
 def sent(settings: Settings) -> Iterator[list[tuple[str, bool]]]:
-    """The statements the API's engine sends meanwhile: (first two words, outside a
-    transaction)."""
-    engine = get_engine(settings.database_url, settings.database_options())
+    """The statements the API's engines send meanwhile (the transactional one and, on
+    PostgreSQL, the reads' own): (first two words, outside a transaction)."""
+    engines = [get_engine(settings.database_url, settings.database_options())]
+    reads = autocommit_reads(settings.database_url, settings.read_database_options())
+    engines += [] if reads is None else [reads]
     seen: list[tuple[str, bool]] = []
 
     def note(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
@@ -36,11 +39,13 @@ def sent(settings: Settings) -> Iterator[list[tuple[str, bool]]]:
         words = " ".join(statement.split()[:2]).upper()
         seen.append((words, bool(getattr(dbapi, "autocommit", False))))
 
-    event.listen(engine, "before_cursor_execute", note)
+    for engine in engines:
+        event.listen(engine, "before_cursor_execute", note)
     try:
         yield seen
     finally:
-        event.remove(engine, "before_cursor_execute", note)
+        for engine in engines:
+            event.remove(engine, "before_cursor_execute", note)
 
 
 def past_its_term(settings: Settings, contract_id: int) -> None:
@@ -105,6 +110,32 @@ def test_a_get_reads_outside_a_transaction_and_a_write_inside_one(
         countered = abc.post("B", f"{path}/counter", {"version": 1, "price_min": 0.9})
         assert countered.status_code == 200, countered.text
     assert writing and not any(outside for _, outside in writing), writing
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_reads_never_set_or_reset_the_isolation_level(
+    abc: Api, settings: Settings, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reads' connections are put in autocommit once, when made, and stay so: borrowing
+    the transactional pool's set AUTOCOMMIT at each checkout and reset it at each checkin,
+    a quarter of what a read's round trips had cost (``bench/api/README.md``)."""
+    contract = abc.propose("A", "B")
+    path = f"/v1/contracts/{contract['id']}"
+    assert abc.get("B", path).status_code == 200  # the reads' connection is made here
+    changes: list[object] = []
+    set_isolation_level = PGDialect_psycopg.set_isolation_level
+
+    def counted(self: PGDialect_psycopg, dbapi_connection: Any, level: Any) -> None:
+        changes.append(level)
+        set_isolation_level(self, dbapi_connection, level)
+
+    monkeypatch.setattr(PGDialect_psycopg, "set_isolation_level", counted)
+    with sent(settings) as reading:
+        for _ in range(3):
+            assert abc.get("B", path).json()["version"] == 1
+        assert [c["id"] for c in abc.get("A", "/v1/contracts").json()] == [contract["id"]]
+    assert len(reading) >= 4 and all(outside for _, outside in reading), reading
+    assert changes == []
 
 
 def test_a_get_finding_a_contract_past_its_term_expires_it(
