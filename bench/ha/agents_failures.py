@@ -26,6 +26,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import tempfile
 import time
 import traceback
@@ -219,7 +220,8 @@ def main() -> None:
         "--reconcile-timeout", type=float, default=420.0, help="seconds for both copies"
     )
     args = parser.parse_args()
-    console = Console()
+    # Wide when written to a log: the table has thirteen columns.
+    console = Console(width=None if sys.stdout.isatty() else 180)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="fedload-failures-"))
     work.mkdir(parents=True, exist_ok=True)
     code = subprocess.run(
