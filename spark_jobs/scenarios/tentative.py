@@ -105,6 +105,10 @@ class TentativeOptions(ScenarioOptions):
     # Both copies, one after the other (a redo took 82 s at load 7-14 with one copy).
     reconcile_timeout_s: float = 420.0
     reference_timeout_s: float = 120.0
+    # Also done when a copy never went tentative (a cut shorter than its delay budget, which
+    # brings no reconciliation to wait for): see ``copy_settled``. Off, every copy must have
+    # reconciled, as a cut well past the budget must bring.
+    settle_without_tentative: bool = False
 
 
 def run_tentative(options: TentativeOptions, console: Console | None = None) -> dict[str, Any]:
@@ -206,10 +210,11 @@ def _run(
         def reconciled() -> bool:
             # Each copy STABLE again after a reconciliation of its own (one at a time: the
             # second waits for the first's permit).
-            states = [copy_state(holder) for holder in HOLDERS]
             return all(
-                state["state"] == NodeState.STABLE.value and int(state["reconciliations"]) > 0
-                for state in states
+                copy_settled(
+                    copy_state(holder), failure_at, heal_at, options.settle_without_tentative
+                )
+                for holder in HOLDERS
             )
 
         with contextlib.suppress(TimeoutError):
@@ -310,6 +315,30 @@ def _run(
     )
     write_report(report, options.report_dir, console)
     return report
+
+
+def copy_settled(
+    state: dict[str, Any], failure_at: float, heal_at: float, without_tentative: bool
+) -> bool:
+    """Whether a copy is done with the cut: STABLE after a reconciliation of its own; or, with
+    ``without_tentative``, STABLE, never UP_FAILURE since the cut, and with a stable batch past
+    every bucket that ended by the heal plus X (a bucket of the cut would have gone tentative by
+    then: the budget is below X)."""
+    if state["state"] != NodeState.STABLE.value:
+        return False
+    if int(state["reconciliations"]) > 0:
+        return True
+    if not without_tentative:
+        return False
+    history = state.get("history", [])
+    if any(name == NodeState.UP_FAILURE.value and float(at) >= failure_at for name, at in history):
+        return False
+    # A batch's end is one past its last input bucket; bucket b ends at b + 1 + offset (wall).
+    offset_s = float(state["clock_offset_ms"]) / 1000
+    past = heal_at + float(state["max_delay_seconds"])
+    return any(
+        not tentative and int(end) + offset_s >= past for end, tentative, _ in state["batches"]
+    )
 
 
 def node_latencies(holder: dict[str, Any]) -> dict[int, tuple[float, bool]]:

@@ -1,0 +1,249 @@
+"""Failures of several lengths through the product: the tentative scenario per failure length.
+
+Issue 13 asks, at the Borealis experiment's settings with agents as processes, per failure
+length: the maximum added latency (within X whenever input is available, also while the copies
+reconcile), no tentative tuple for a failure shorter than the delay budget, the tentative tuples
+otherwise, and the reconciliation time. Each length is one run of
+``spark_jobs.scenarios.tentative`` (``fedload serve`` and the agents of O, T and U, each with its
+own Spark; every link into O cut for the failure's length; T's and U's active copies of O.x, X =
+5 s, go tentative once their budget has passed and reconcile one at a time under the registry's
+permit after the heal). A run that brings no tentative output ends once both copies have
+processed stably past the heal plus X (``TentativeOptions.settle_without_tentative``).
+
+Per copy (T, U): tentative rows it sent, the paper's added latency at the copy against X, the
+time from the cut to UP_FAILURE, and its reconciliation (heal -> permit granted, redo from the
+grant to the UNDO, grant -> STABLE again), corrections, whether its corrected log equals O's.
+
+    PYSPARK_PYTHON=$PWD/.venv/bin/python SPARK_LOCAL_IP=127.0.0.1 \\
+      flock /tmp/fedload-heavy.lock .venv/bin/python -m bench.ha.agents_failures \\
+      [--failures 2 8 15] [--json FILE] [--append] [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from spark_jobs.scenarios.tentative import (
+    HOLDERS,
+    LATENCY_SLACK_S,
+    TentativeOptions,
+    run_tentative,
+)
+
+DEFAULT_JSON = Path(__file__).with_name("agents_failures.json")
+
+
+def _after(value: int | None, origin: int) -> int | None:
+    return None if value is None else value - origin
+
+
+def summarize_copy(report: dict[str, Any], holder: str) -> dict[str, Any]:
+    """One copy's figures from a tentative report: times in ms, from the cut (UP_FAILURE) or
+    from the heal (permit and reconciliation), as the report's ms since the consumer started."""
+    copy = report["copies"][holder]
+    failure_at, heal_at = int(report["failure_at_ms"]), int(report["heal_at_ms"])
+    went = [int(at) for name, at in copy["history"] if name == "UP_FAILURE" and at >= failure_at]
+    # The first reconciliation that began after the heal and came back STABLE.
+    done = [
+        r
+        for r in copy["reconciliations"]
+        if r["began"] is not None and r["began"] >= heal_at and r["stable"] is not None
+    ]
+    first = done[0] if done else None
+    intervals = report["permit_intervals"] if isinstance(report["permit_intervals"], list) else []
+    mine = [i for i in intervals if i["replica"] == holder and i["granted_ms"] >= heal_at]
+    added = copy["max_added_latency_ms"]
+    limit_ms = int(report["max_delay_ms"]) + LATENCY_SLACK_S * 1000
+    return {
+        "went_tentative": bool(went),
+        "cut_to_up_failure_ms": _after(went[0], failure_at) if went else None,
+        "tentative_rows": int(copy["tentative_rows"]),
+        "tentative_buckets": int(copy["tentative_buckets"]),
+        "baseline_latency_ms": copy["baseline_latency_ms"],
+        "max_added_latency_ms": added,
+        "within_x": added is not None and added <= limit_ms,
+        "permit_granted_after_heal_ms": _after(mine[0]["granted_ms"], heal_at) if mine else None,
+        "permit_released_after_heal_ms": _after(mine[0]["released_ms"], heal_at) if mine else None,
+        "redo_began_after_heal_ms": None if first is None else first["began"] - heal_at,
+        # The redo from its start (the permit just granted) to the switch (UNDO sent).
+        "redo_ms": None
+        if first is None or first["switched"] is None
+        else first["switched"] - first["began"],
+        # Permit granted (redo started) -> STABLE again.
+        "reconciliation_ms": None if first is None else first["stable"] - first["began"],
+        "stable_after_heal_ms": None if first is None else first["stable"] - heal_at,
+        "undos": int(copy["undos"]),
+        "corrections": int(copy["corrections"]),
+        "rec_dones": int(copy["rec_dones"]),
+        "final_state": copy["final_state"],
+        "log_equals_owners": bool(copy["log_equals_owners"]),
+        "log_rows_compared": int(copy["log_rows_compared"]),
+        "permits_lost": copy["permits_lost"],
+        "redo_failures": copy["redo_failures"],
+    }
+
+
+def summarize(report: dict[str, Any], fail_for_s: float) -> dict[str, Any]:
+    """A run's figures: per copy, and what the consumer saw."""
+    consumer = report["consumer"]
+    return {
+        "fail_for_s": fail_for_s,
+        "failure_at_ms": report["failure_at_ms"],
+        "heal_at_ms": report["heal_at_ms"],
+        "max_delay_ms": report["max_delay_ms"],
+        "budget_t": report["budget"],
+        "copies": {holder: summarize_copy(report, holder) for holder in HOLDERS},
+        "consumer": {
+            "tentative_received": consumer["tentative_received"],
+            "held_at_end": consumer["held_at_end"],
+            "switches": [(s["from"], s["to"], s["at_ms"]) for s in report["switches"]],
+            "latency": report["consumer_latency"],
+            "difference": report["difference"],
+            "rows_compared": report["rows_compared"],
+        },
+        "reconciliations_overlap": report["reconciliations_overlap"],
+        "checks": report["checks"],
+        "ok": report["ok"],
+    }
+
+
+def one_run(
+    fail_for_s: float, args: argparse.Namespace, work: Path, console: Console
+) -> dict[str, Any]:
+    base = work / f"fail-{fail_for_s:g}s"
+    options = TentativeOptions(
+        report_dir=base / "report",
+        work=base / "work",
+        fail_for_s=fail_for_s,
+        reconcile_timeout_s=args.reconcile_timeout,
+        settle_without_tentative=True,
+    )
+    began, load_before = time.time(), os.getloadavg()
+    result: dict[str, Any] = {
+        "fail_for_s": fail_for_s,
+        "started_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    try:
+        report = run_tentative(options, console)
+        result |= summarize(report, fail_for_s)
+        result["report_dir"] = str(options.report_dir)
+    except Exception as error:  # one failed run is a finding; the next length still runs
+        result["error"] = f"{type(error).__name__}: {error}"
+        result["traceback"] = traceback.format_exc()[-4000:]
+        console.print(f"[red]{fail_for_s:g} s: {result['error']}[/red]")
+    result["wall_seconds"] = round(time.time() - began, 1)
+    result["load_before"] = [round(v, 2) for v in load_before]
+    result["load_after"] = [round(v, 2) for v in os.getloadavg()]
+    return result
+
+
+def _s(ms: float | None) -> str:
+    return "-" if ms is None else f"{ms / 1000:.2f}"
+
+
+def table(runs: list[dict[str, Any]], console: Console) -> None:
+    out = Table(title="Failures through the product (tentative scenario, X = 5 s)")
+    columns = (
+        "failure",
+        "copy",
+        "cut->UP_FAILURE s",
+        "tentative rows",
+        "max added s",
+        "heal->permit s",
+        "redo s",
+        "permit->STABLE s",
+        "corrections",
+        "log = O's",
+        "load before/after",
+        "wall s",
+        "ok",
+    )
+    for column in columns:
+        out.add_column(column, justify="left" if column in ("failure", "copy") else "right")
+    for run in sorted(runs, key=lambda r: float(r["fail_for_s"])):
+        load = f"{run['load_before'][0]:.1f} / {run['load_after'][0]:.1f}"
+        if "error" in run:
+            out.add_row(
+                f"{run['fail_for_s']:g} s",
+                "-",
+                run["error"][:60],
+                *[""] * 7,
+                load,
+                f"{run['wall_seconds']:.0f}",
+                "no",
+            )
+            continue
+        for holder, c in run["copies"].items():
+            out.add_row(
+                f"{run['fail_for_s']:g} s",
+                holder,
+                _s(c["cut_to_up_failure_ms"]),
+                str(c["tentative_rows"]),
+                _s(c["max_added_latency_ms"]),
+                _s(c["permit_granted_after_heal_ms"]),
+                _s(c["redo_ms"]),
+                _s(c["reconciliation_ms"]),
+                str(c["corrections"]),
+                "yes" if c["log_equals_owners"] else "no",
+                load,
+                f"{run['wall_seconds']:.0f}",
+                "yes" if run["ok"] else "no",
+            )
+    console.print(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--failures", type=float, nargs="+", default=[2.0, 8.0, 15.0], help="seconds cut, per run"
+    )
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    parser.add_argument(
+        "--append", action="store_true", help="keep the file's runs of other failure lengths"
+    )
+    parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument(
+        "--reconcile-timeout", type=float, default=420.0, help="seconds for both copies"
+    )
+    args = parser.parse_args()
+    # Wide when written to a log: the table has thirteen columns.
+    console = Console(width=None if sys.stdout.isatty() else 180)
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="fedload-failures-"))
+    work.mkdir(parents=True, exist_ok=True)
+    code = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    kept: list[dict[str, Any]] = []
+    if args.append and args.json.exists():
+        kept = json.loads(args.json.read_text()).get("runs", [])
+    runs = [r for r in kept if float(r["fail_for_s"]) not in args.failures]
+    for fail_for_s in args.failures:
+        run = one_run(fail_for_s, args, work, console) | {"code": code}
+        runs.append(run)
+        # Written after each run: a later one that hangs or is stopped loses nothing before it.
+        result = {
+            "runs": sorted(runs, key=lambda r: float(r["fail_for_s"])),
+            "machine": {"machine": platform.machine(), "nproc": os.cpu_count()},
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2, default=str))
+    table(runs, console)
+    console.print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
