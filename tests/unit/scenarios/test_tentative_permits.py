@@ -10,6 +10,8 @@ from spark_jobs.scenarios.tentative import (
     intervals_overlap,
     one_copy_serving,
     permit_intervals,
+    since,
+    startup_episodes,
 )
 
 
@@ -86,3 +88,20 @@ def test_a_dropped_redo_is_not_a_completed_reconciliation() -> None:
         "reconciled": [{"began": 20.0}, {"began": 39.0, "switched": 41.5}],
     }
     assert [r["stable"] for r in _reconciling(state)] == [None, 41.0]
+
+
+def test_a_start_up_episode_is_counted_apart_and_left_out_of_the_measured_history() -> None:
+    # T went tentative at 10 s while catching up, STABLE again at 40 s; the consumer started
+    # at 100 s and the cut's episode began at 130 s.
+    history = [
+        ["STABLE", 1.0],
+        ["UP_FAILURE", 10.0],
+        ["STABILIZATION", 30.0],
+        ["STABLE", 40.0],
+        ["UP_FAILURE", 130.0],
+        ["STABILIZATION", 170.0],
+        ["STABLE", 175.0],
+    ]
+    assert since(history, 100.0) == history[4:]
+    assert startup_episodes({"history": history}, 100.0) == 1
+    assert startup_episodes({"history": history}, 5.0) == 0
