@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -54,133 +55,139 @@ def sorted_rows(table: pa.Table) -> list[tuple]:
     return sorted(tuple(r.values()) for r in table.to_pylist())
 
 
-def test_a_bucket_complete_in_any_copy_is_released_and_read_from_it(servers):
-    primary, copy = declare(servers["source"], "up.out"), declare(servers["home"], COPY)
+@pytest.fixture
+def logs(servers) -> Iterator[tuple[StreamClient, StreamClient]]:
+    """Clients of the primary's log (``up.out`` declared) and of the copy's host (each test
+    declares ``COPY`` when its copy has begun its log)."""
+    primary, copy = declare(servers["source"], "up.out"), StreamClient(servers["home"].location)
+    yield primary, copy
+    primary.close()
+    copy.close()
+
+
+@pytest.fixture
+def make_reader(servers) -> Iterator[Callable[..., SUnionReader]]:
+    made: list[SUnionReader] = []
+
+    def make(**extra: str) -> SUnionReader:
+        made.append(replicated(servers, **extra))
+        return made[-1]
+
+    yield make
+    for reader in made:
+        reader.stop()
+
+
+def test_a_bucket_complete_in_any_copy_is_released_and_read_from_it(servers, logs, make_reader):
+    primary, copy = logs
+    copy.declare(COPY, BUCKET)
     data = GENERATOR.seconds(0, 6)
     first = min(b for b, _ in split_buckets(data, BUCKET))
-    reader = replicated(servers, start_bucket=str(first))
-    try:
-        # The primary is behind (two buckets), its copy has six.
-        publish(primary, "up.out", GENERATOR.seconds(0, 2), BUCKET)
-        publish(copy, COPY, data, BUCKET)
-        start = reader.initialOffset()
-        end = reader.latestOffset(start, None)
-        assert end == {"bucket": first + 6}
-        (part,) = reader.partitions(start, end)
-        assert part.source == (servers["home"].location, COPY)
-        assert sorted_rows(rows_read(reader, start, end)) == sorted_rows(data)
-        # Both sources keep what the fragment may read again, so both get its acknowledgement.
-        reader.commit(end)
-        assert primary.info("up.out")["acks"] == {"down": first + 6}
-        assert copy.info(COPY)["acks"] == {"down": first + 6}
-    finally:
-        reader.stop()
-        primary.close()
-        copy.close()
+    reader = make_reader(start_bucket=str(first))
+    # The primary is behind (two buckets), its copy has six.
+    publish(primary, "up.out", GENERATOR.seconds(0, 2), BUCKET)
+    publish(copy, COPY, data, BUCKET)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, None)
+    assert end == {"bucket": first + 6}
+    (part,) = reader.partitions(start, end)
+    assert part.source == (servers["home"].location, COPY)
+    assert sorted_rows(rows_read(reader, start, end)) == sorted_rows(data)
+    # Both sources keep what the fragment may read again, so both get its acknowledgement.
+    reader.commit(end)
+    assert primary.info("up.out")["acks"] == {"down": first + 6}
+    assert copy.info(COPY)["acks"] == {"down": first + 6}
 
 
-def test_the_primary_is_read_while_it_holds_the_range(servers):
-    primary, copy = declare(servers["source"], "up.out"), declare(servers["home"], COPY)
+def test_the_primary_is_read_while_it_holds_the_range(servers, logs, make_reader):
+    primary, copy = logs
+    copy.declare(COPY, BUCKET)
     data = GENERATOR.seconds(0, 4)
     first = min(b for b, _ in split_buckets(data, BUCKET))
-    reader = replicated(servers, start_bucket=str(first))
-    try:
-        publish(primary, "up.out", data, BUCKET)
-        publish(copy, COPY, GENERATOR.seconds(0, 3), BUCKET)
-        start = reader.initialOffset()
-        end = reader.latestOffset(start, None)
-        assert end == {"bucket": first + 4}
-        (part,) = reader.partitions(start, end)
-        assert part.source == (servers["source"].location, "up.out")
-    finally:
-        reader.stop()
-        primary.close()
-        copy.close()
+    reader = make_reader(start_bucket=str(first))
+    publish(primary, "up.out", data, BUCKET)
+    publish(copy, COPY, GENERATOR.seconds(0, 3), BUCKET)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, None)
+    assert end == {"bucket": first + 4}
+    (part,) = reader.partitions(start, end)
+    assert part.source == (servers["source"].location, "up.out")
 
 
-def test_a_primary_cut_off_is_passed_over_without_waiting_for_it(servers):
-    primary, copy = declare(servers["source"], "up.out"), declare(servers["home"], COPY)
+def test_a_primary_cut_off_is_passed_over_without_waiting_for_it(servers, logs, make_reader):
+    primary, copy = logs
+    copy.declare(COPY, BUCKET)
     data = GENERATOR.seconds(0, 6)
     first = min(b for b, _ in split_buckets(data, BUCKET))
-    reader = replicated(servers, start_bucket=str(first))
-    try:
-        publish(primary, "up.out", GENERATOR.seconds(0, 3), BUCKET)
-        publish(copy, COPY, GENERATOR.seconds(0, 3), BUCKET)
-        start = reader.initialOffset()
-        middle = reader.latestOffset(start, None)
-        assert middle == {"bucket": first + 3}
-        head = rows_read(reader, start, middle)
-        reader.commit(middle)
-        # The primary's host goes away; its copy goes on.
-        primary.close()
-        servers["source"].shutdown()
-        publish(copy, COPY, GENERATOR.seconds(3, 6), BUCKET)
-        end = reader.latestOffset(middle, None)
-        assert end == {"bucket": first + 6}
-        assert not reader.reachable(servers["source"].location)
-        tail = rows_read(reader, middle, end)
-        # Nothing lost, nothing read twice across the switch at the bucket edge.
-        assert sorted_rows(pa.concat_tables([head, tail])) == sorted_rows(data)
-        reader.commit(end)
-        assert copy.info(COPY)["acks"] == {"down": first + 6}
-    finally:
-        reader.stop()
-        copy.close()
+    reader = make_reader(start_bucket=str(first))
+    publish(primary, "up.out", GENERATOR.seconds(0, 3), BUCKET)
+    publish(copy, COPY, GENERATOR.seconds(0, 3), BUCKET)
+    start = reader.initialOffset()
+    middle = reader.latestOffset(start, None)
+    assert middle == {"bucket": first + 3}
+    head = rows_read(reader, start, middle)
+    reader.commit(middle)
+    # The primary's host goes away; its copy goes on.
+    primary.close()
+    servers["source"].shutdown()
+    publish(copy, COPY, GENERATOR.seconds(3, 6), BUCKET)
+    end = reader.latestOffset(middle, None)
+    assert end == {"bucket": first + 6}
+    assert not reader.reachable(servers["source"].location)
+    tail = rows_read(reader, middle, end)
+    # Nothing lost, nothing read twice across the switch at the bucket edge.
+    assert sorted_rows(pa.concat_tables([head, tail])) == sorted_rows(data)
+    reader.commit(end)
+    assert copy.info(COPY)["acks"] == {"down": first + 6}
 
 
-def test_the_spool_fills_each_bucket_from_a_copy_that_holds_it(servers, tmp_path: Path):
-    primary, copy = declare(servers["source"], "up.out"), declare(servers["home"], COPY)
+def test_the_spool_fills_each_bucket_from_a_copy_that_holds_it(
+    servers, logs, make_reader, tmp_path: Path
+):
+    primary, copy = logs
+    copy.declare(COPY, BUCKET)
     data = GENERATOR.seconds(0, 5)
     first = min(b for b, _ in split_buckets(data, BUCKET))
     # DPC's path: complete buckets are spooled before release; a long budget, so nothing goes
     # tentative here.
-    reader = replicated(
-        servers,
+    reader = make_reader(
         start_bucket=str(first),
         delay_budget_ms="600000",
         spool_dir=str(tmp_path / "spool"),
     )
-    try:
-        publish(primary, "up.out", GENERATOR.seconds(0, 2), BUCKET)
-        publish(copy, COPY, data, BUCKET)
-        start = reader.initialOffset()
-        end = reader.latestOffset(start, None)
-        assert end == {"bucket": first + 5}  # stable: no tentative_from
-        spool = reader.spool
-        assert spool is not None
-        location = servers["source"].location  # the input's name in the spool
-        assert all(spool.has(location, "up.out", b) for b in range(first, first + 5))
-        assert sorted_rows(rows_read(reader, start, end)) == sorted_rows(data)
-    finally:
-        reader.stop()
-        primary.close()
-        copy.close()
+    publish(primary, "up.out", GENERATOR.seconds(0, 2), BUCKET)
+    publish(copy, COPY, data, BUCKET)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, None)
+    assert end == {"bucket": first + 5}  # stable: no tentative_from
+    spool = reader.spool
+    assert spool is not None
+    location = servers["source"].location  # the input's name in the spool
+    assert all(spool.has(location, "up.out", b) for b in range(first, first + 5))
+    assert sorted_rows(rows_read(reader, start, end)) == sorted_rows(data)
 
 
-def test_an_alternate_without_the_stream_yet_is_no_source_and_no_failure(servers):
+def test_an_alternate_without_the_stream_yet_is_no_source_and_no_failure(
+    servers, logs, make_reader
+):
     """An active copy that has not begun its log (its query is starting) answers "unknown
     stream": the input is read from the primary meanwhile, and from the copy once it has it."""
-    primary, copy = declare(servers["source"], "up.out"), StreamClient(servers["home"].location)
+    primary, copy = logs
     data = GENERATOR.seconds(0, 4)
     first = min(b for b, _ in split_buckets(data, BUCKET))
-    reader = replicated(servers, start_bucket=str(first))
-    try:
-        publish(primary, "up.out", GENERATOR.seconds(0, 2), BUCKET)
-        start = reader.initialOffset()
-        middle = reader.latestOffset(start, None)
-        assert middle == {"bucket": first + 2}
-        assert sorted_rows(rows_read(reader, start, middle)) == sorted_rows(GENERATOR.seconds(0, 2))
-        reader.commit(middle)  # no ack reaches a log that is not there, and none fails
-        copy.declare(COPY, BUCKET)
-        publish(copy, COPY, data, BUCKET)
-        end = reader.latestOffset(middle, None)
-        assert end == {"bucket": first + 4}
-        (part,) = reader.partitions(middle, end)
-        assert part.source == (servers["home"].location, COPY)
-    finally:
-        reader.stop()
-        primary.close()
-        copy.close()
+    reader = make_reader(start_bucket=str(first))
+    publish(primary, "up.out", GENERATOR.seconds(0, 2), BUCKET)
+    start = reader.initialOffset()
+    middle = reader.latestOffset(start, None)
+    assert middle == {"bucket": first + 2}
+    assert sorted_rows(rows_read(reader, start, middle)) == sorted_rows(GENERATOR.seconds(0, 2))
+    reader.commit(middle)  # no ack reaches a log that is not there, and none fails
+    copy.declare(COPY, BUCKET)
+    publish(copy, COPY, data, BUCKET)
+    end = reader.latestOffset(middle, None)
+    assert end == {"bucket": first + 4}
+    (part,) = reader.partitions(middle, end)
+    assert part.source == (servers["home"].location, COPY)
 
 
 @pytest.mark.parametrize(
