@@ -359,14 +359,20 @@ class SUnionReader(DataSourceStreamReader):
             *((a["location"], a["stream"]) for a in i.get("alternates", [])),
         ]
 
+    @staticmethod
+    def _is_primary(i: dict[str, Any], location: str, stream: str) -> bool:
+        """Whether (location, stream) is the input's own log: its errors fail the query, as an
+        unreplicated input's do, while an alternate's only make it no source for now."""
+        return (location, stream) == (i["location"], i["stream"])
+
     def _info(self, i: dict[str, Any]) -> dict[str, Any]:
         """The input's info, or the last one it gave while it is unreachable ("no news"); for a
         replicated input, the furthest boundary any of its sources reported."""
         if not i.get("alternates"):
             return self._source_info(i["location"], i["stream"], replicated=False)
         infos = [
-            self._source_info(*source, replicated=True, alternate=n > 0)
-            for n, source in enumerate(self._sources(i))
+            self._source_info(*source, replicated=True, alternate=not self._is_primary(i, *source))
+            for source in self._sources(i)
         ]
         boundaries = [info["boundary"] for info in infos if info["boundary"] is not None]
         firsts = [info["first"] for info in infos if info["first"] is not None]
@@ -469,15 +475,14 @@ class SUnionReader(DataSourceStreamReader):
     def _read_complete(self, i: dict[str, Any], bucket: int) -> pa.Table | None:
         """Input ``i``'s bucket from the first reachable source whose log holds it complete;
         None when none can give it now."""
-        primary = (i["location"], i["stream"])
         for location, stream in self._holding(i, bucket + 1):
             try:
                 return self._client(location).read(stream, bucket, bucket + 1).read_all()
             except UNREACHABLE:
                 self._drop(location, stream)
             except ANSWERED_WITH_ERROR:
-                if (location, stream) == primary:
-                    raise  # the input itself refuses: loudly, as an unreplicated input does
+                if self._is_primary(i, location, stream):
+                    raise
         return None
 
     def _holding(self, i: dict[str, Any], upto: int) -> list[tuple[str, str]]:
@@ -517,7 +522,7 @@ class SUnionReader(DataSourceStreamReader):
                 except UNREACHABLE:
                     continue
                 except ANSWERED_WITH_ERROR:
-                    if (location, stream) == (i["location"], i["stream"]):
+                    if self._is_primary(i, location, stream):
                         raise
                     continue  # an alternate without the stream (yet)
                 finally:
@@ -748,7 +753,7 @@ class SUnionReader(DataSourceStreamReader):
             bucket = min(bucket, limit)
         for i in self.inputs:
             # Every source keeps what this fragment may read again, so every source is told.
-            for n, (location, stream) in enumerate(self._sources(i)):
+            for location, stream in self._sources(i):
                 # Acknowledgements only grow: a later commit sends a later one after the heal.
                 if self.reachable(location):
                     try:
@@ -756,7 +761,7 @@ class SUnionReader(DataSourceStreamReader):
                     except UNREACHABLE:
                         self._drop(location, stream)
                     except ANSWERED_WITH_ERROR:
-                        if n == 0:
+                        if self._is_primary(i, location, stream):
                             raise
                         # An alternate without the stream keeps nothing for us to trim.
             if self.spool is not None:
