@@ -48,7 +48,7 @@ from app.participant.failover import Keep, align_up, window_span
 from app.participant.ports import TaskRecord
 from spark_jobs.fragments import catalogue
 from spark_jobs.runtime.dpc import DPCFragment, DPCSettings
-from spark_jobs.runtime.host import FragmentSpec, StreamRef
+from spark_jobs.runtime.host import FragmentSpec, StreamRef, only_alternates_differ
 from spark_jobs.runtime.transport import StreamClient
 
 if TYPE_CHECKING:
@@ -147,6 +147,7 @@ class ActiveReplicas:
                 copy = self._copies.get(task)
             if copy is not None:
                 self._report(copy)
+                self._follow_copies(records[task])
                 continue
             try:
                 self._start(records[task], k)
@@ -181,6 +182,21 @@ class ActiveReplicas:
             self._stop(task, remove=False)
 
     # -- internals -------------------------------------------------------------------------
+    def _follow_copies(self, record: TaskRecord) -> None:
+        """An active copy reads its inputs' own active copies as the registry lists them now,
+        as the fragment does (``SparkParticipantHost._follow_copies``)."""
+        host = self._host
+        spec = host.spec_of(record)
+        name = active_name(record.name)
+        running = host.runtime.running_spec(name)
+        if spec is None or running is None or not host.runtime.is_running(name):
+            return
+        if only_alternates_differ(running.inputs, spec.inputs):
+            try:
+                host.runtime.update_alternates(name, spec.inputs)
+            except Exception as error:  # the next tick tries again
+                self._note(f"alternates of {name}: {type(error).__name__}: {error}")
+
     def _start(self, record: TaskRecord, k: Keep) -> None:
         host = self._host
         if not host.runtime.has_spark:

@@ -12,13 +12,14 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import shutil
 import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,32 @@ def _output_boundary(event_time: dict[str, str], sources: Any, bucket_seconds: f
         end = json.loads(sources[0].endOffset or "null")
         return int(end["bucket"]) if end else None
     return None
+
+
+def only_alternates_differ(running: Sequence[StreamRef], wanted: Sequence[StreamRef]) -> bool:
+    """Whether ``wanted`` reads the same input logs as ``running`` with other alternates: what
+    ``FragmentRuntime.update_alternates`` applies to a running query (other logs: a restart)."""
+    return _logs(running) == _logs(wanted) and tuple(running) != tuple(wanted)
+
+
+def _logs(refs: Sequence[StreamRef]) -> list[tuple[str, str]]:
+    return [(ref.location, ref.stream) for ref in refs]
+
+
+def _write_alternates(path: Path, inputs: Sequence[StreamRef]) -> None:
+    """The file SUnion's ``alternates_file`` names: each input's alternates under its key,
+    written whole (a reader sees the old file or the new, never half of one)."""
+    listed = {
+        f"{ref.location}/{ref.stream}": [
+            {"location": a.location, "stream": a.stream} for a in ref.alternates
+        ]
+        for ref in inputs
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, scratch = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
+    with os.fdopen(descriptor, "w") as out:
+        json.dump(listed, out)
+    os.replace(scratch, path)
 
 
 @dataclass(frozen=True)
@@ -378,6 +405,10 @@ class FragmentRuntime:
     ) -> StreamingQuery:
         inputs = [i.source() for i in spec.inputs]
         self._hold_inputs(spec, replay_from)
+        alternates = self.alternates_file(spec.name)
+        if slot == spec.name:
+            # A copy (DPC's redo) reads the fragment's file, which the agent keeps current.
+            _write_alternates(alternates, spec.inputs)
         reader = (
             self.spark.readStream.format(SUnionDataSource.name())
             .schema(spec.input_schema)
@@ -390,6 +421,7 @@ class FragmentRuntime:
             reader = reader.option("max_buckets_per_batch", str(spec.max_buckets_per_batch))
         for key, value in _credential_options(spec).items():
             reader = reader.option(key, value)
+        reader = reader.option("alternates_file", str(alternates))
         if slot == spec.name and "follow_file" not in spec.options:
             reader = reader.option("pace_file", str(self.pace_file(slot)))
         for key, value in spec.options.items():
@@ -430,26 +462,69 @@ class FragmentRuntime:
         (hold never moves them back); a fresh start holds from its replay point or everything."""
         consumer = spec.options.get("consumer", spec.name)
         for ref, alternate in ((r, r is not i) for i in spec.inputs for r in (i, *i.alternates)):
-            try:
-                with StreamClient(ref.location, timeout=HOLD_TIMEOUT_S) as client:
-                    client.hold(ref.stream, consumer, replay_from)
-                    # Its query's own processes read with the tokens this process spills;
-                    # this call puts the read token among them (the hold put the ack token).
-                    client.info(ref.stream)
-            except (flight.FlightUnavailableError, flight.FlightTimedOutError) as error:
-                # A producer cut off now cannot be read either; the fragment registers with its
-                # first acknowledgement there. Starting matters more (DPC runs on cut inputs).
-                log.warning(
-                    "%s: could not hold %s at %s: %s", spec.name, ref.stream, ref.location, error
-                )
-            except (flight.FlightError, pa.ArrowException) as error:
-                if not alternate:
-                    raise
-                # An active copy whose log has not begun: the source passes it over until it
-                # has (sunion's replicated inputs) and acknowledges there from then on.
-                log.info(
-                    "%s: no alternate %s at %s yet: %s", spec.name, ref.stream, ref.location, error
-                )
+            self._hold(spec.name, ref, consumer, replay_from, alternate=alternate)
+
+    def _hold(
+        self,
+        fragment: str,
+        ref: StreamRef,
+        consumer: str,
+        replay_from: int | None,
+        *,
+        alternate: bool,
+    ) -> None:
+        try:
+            with StreamClient(ref.location, timeout=HOLD_TIMEOUT_S) as client:
+                client.hold(ref.stream, consumer, replay_from)
+                # Its query's own processes read with the tokens this process spills;
+                # this call puts the read token among them (the hold put the ack token).
+                client.info(ref.stream)
+        except (flight.FlightUnavailableError, flight.FlightTimedOutError) as error:
+            # A producer cut off now cannot be read either; the fragment registers with its
+            # first acknowledgement there. Starting matters more (DPC runs on cut inputs).
+            log.warning(
+                "%s: could not hold %s at %s: %s", fragment, ref.stream, ref.location, error
+            )
+        except (flight.FlightError, pa.ArrowException) as error:
+            if not alternate:
+                raise
+            # An active copy whose log has not begun: the source passes it over until it
+            # has (sunion's replicated inputs) and acknowledges there from then on.
+            log.info("%s: no alternate %s at %s yet: %s", fragment, ref.stream, ref.location, error)
+
+    def alternates_file(self, fragment: str) -> Path:
+        """Where ``fragment``'s inputs' alternates are listed for its source (SUnion's
+        ``alternates_file``): on the driver's disk, where SUnion plans, beside the pace files."""
+        return Path(f"{self._pace_root}.alternates") / f"{fragment}.json"
+
+    def update_alternates(self, fragment: str, inputs: Sequence[StreamRef]) -> bool:
+        """Point the running ``fragment`` (and its copies: DPC's redo) at ``inputs``'
+        alternates without restarting it: each new one is held first, so that no other
+        consumer's acknowledgement trims what the fragment may read there and its read token is
+        among the spilled ones, then the file its source re-reads is rewritten. The inputs'
+        own logs must be the running ones (a new primary is a restart). False when nothing
+        changed."""
+        running = self._running.get(fragment)
+        if running is None:
+            raise KeyError(f"{fragment} does not run on {self.name}")
+        before = running.spec.inputs
+        if _logs(before) != _logs(inputs):
+            raise ValueError(
+                f"{fragment}: its inputs are {_logs(before)}, not {_logs(inputs)}: "
+                "a new input log needs a restart, not new alternates"
+            )
+        if not only_alternates_differ(before, inputs):
+            return False
+        held = {a for ref in before for a in ref.alternates}
+        consumer = running.spec.options.get("consumer", fragment)
+        for ref in inputs:
+            for alternate in ref.alternates:
+                if alternate not in held:
+                    self._hold(fragment, alternate, consumer, None, alternate=True)
+        running.spec = replace(running.spec, inputs=tuple(inputs))
+        self._specs[fragment] = running.spec
+        _write_alternates(self.alternates_file(fragment), running.spec.inputs)
+        return True
 
     def stop(self, fragment: str) -> None:
         running = self._running.pop(fragment, None)

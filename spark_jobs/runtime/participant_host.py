@@ -68,7 +68,12 @@ from spark_jobs.runtime.dataplane import (
     use_client_defaults,
 )
 from spark_jobs.runtime.failover import AgentFailover
-from spark_jobs.runtime.host import FragmentRuntime, FragmentSpec, StreamRef
+from spark_jobs.runtime.host import (
+    FragmentRuntime,
+    FragmentSpec,
+    StreamRef,
+    only_alternates_differ,
+)
 from spark_jobs.runtime.movement import Relocation, RemoteHost, relocate
 from spark_jobs.runtime.registry_coordinator import PreparedMovementCoordinator, abort_once
 from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient, StreamServer, publish
@@ -575,6 +580,7 @@ class SparkParticipantHost:
         if self.runtime.is_running(task.name):
             running = self.runtime.running_spec(task.name)
             if running is not None and running.output == spec.output:
+                self._follow_copies(running, spec)
                 return
             log.info("%s: the owner's endpoint changed; restarting against it", task.name)
             self.runtime.stop(task.name)
@@ -593,6 +599,20 @@ class SparkParticipantHost:
             self._after_warm_switch(spec, None, time.perf_counter())
             return
         self.runtime.start(spec, epoch=task.lease_epoch, sink=sink)
+
+    def _follow_copies(self, running: FragmentSpec, spec: FragmentSpec) -> None:
+        """Give the running fragment its inputs' active copies as the registry lists them now
+        (a copy placed, moved or dropped after it started), without a restart: a restart costs
+        the query's start, seconds on a busy machine, for a change that needs none."""
+        # An input served elsewhere now is not this: as before, the fragment keeps its reads.
+        if not only_alternates_differ(running.inputs, spec.inputs):
+            return
+        if self.runtime.update_alternates(spec.name, spec.inputs):
+            log.info(
+                "%s: reads its inputs' copies at %s",
+                spec.name,
+                [[a.location for a in ref.alternates] for ref in spec.inputs],
+            )
 
     def _running_fragments(self) -> list[str]:
         return [f for f in self.runtime.started() if self.runtime.is_running(f)]

@@ -53,7 +53,10 @@ yield the cores to the serving query when a serving batch is due (``dpc.py``, ``
 ``follow_file`` (a warm copy, ``spark_jobs.runtime.follow``): plan the batch ranges that file
 names (the source's) rather than from the boundaries, until it says to lead. ``pace_file`` (the
 source of a warm hand-off, ``spark_jobs.runtime.pace``): while that file says a copy is behind,
-plan the next batch only after a short hold, so the copy catches up.
+plan the next batch only after a short hold, so the copy catches up. ``alternates_file`` (a
+file the agent keeps, ``{"<location>/<stream>": [alternates]}`` per input): the inputs'
+alternates from then on, re-read whenever it changes, so a fragment reads an active copy placed
+after it started without a restart (``FragmentRuntime.update_alternates``).
 
 Unreachable inputs (a cut link, a partition). DPC exists to keep producing when an input is
 gone, so the source must not fail the query when a producer cannot be reached:
@@ -95,6 +98,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import threading
 import time
@@ -118,6 +122,8 @@ from app.dataplane.tokens import READ, Grant
 from spark_jobs.runtime import follow, pace
 from spark_jobs.runtime.dataplane import FileTokens, FixedToken, TokenSource
 from spark_jobs.runtime.transport import StreamClient
+
+log = logging.getLogger(__name__)
 
 KIND_COLUMN = "kind"
 # Failure backlog copied into the spool per trigger, after the buckets due now (see _fill_spool).
@@ -194,6 +200,19 @@ class Spool:
                     os.unlink(os.path.join(folder, name))
 
 
+def checked_alternates(alternates: Any, where: str) -> list[dict[str, str]]:
+    """``alternates`` if it is a list of ``{"location", "stream"}``; a ValueError naming
+    ``where`` otherwise."""
+    if not isinstance(alternates, list):
+        raise ValueError(f"SUnion: {where}: expected a list, got {alternates!r}")
+    for alternate in alternates:
+        if not isinstance(alternate, dict) or set(alternate) != {"location", "stream"}:
+            raise ValueError(
+                f"SUnion: {where}: each needs exactly 'location' and 'stream', got {alternate!r}"
+            )
+    return alternates
+
+
 @dataclass(frozen=True)
 class BucketRange(InputPartition):
     """One input's buckets [lo, hi) in one micro-batch: one Spark task."""
@@ -231,12 +250,11 @@ class SUnionReader(DataSourceStreamReader):
         if not self.inputs:
             raise ValueError("SUnion needs at least one input stream")
         for n, i in enumerate(self.inputs):
-            for alternate in i.get("alternates", []):
-                if not isinstance(alternate, dict) or set(alternate) != {"location", "stream"}:
-                    raise ValueError(
-                        f"SUnion: inputs[{n}].alternates: each needs exactly "
-                        f"'location' and 'stream', got {alternate!r}"
-                    )
+            checked_alternates(i.get("alternates", []), f"inputs[{n}].alternates")
+        # The inputs' alternates as the agent lists them now (``alternates_file``): re-read
+        # when the file changes, so a copy placed after the query started is read too.
+        self.alternates_file = options.get("alternates_file")
+        self._alternates_seen: int | None = None
         self.consumer = options["consumer"]
         self.start_bucket = int(options["start_bucket"]) if "start_bucket" in options else None
         self.max_buckets = int(options.get("max_buckets_per_batch", "0")) or None
@@ -592,6 +610,39 @@ class SUnionReader(DataSourceStreamReader):
             offset["tentative_from"] = tentative_from
         return offset
 
+    def _refresh_alternates(self) -> None:
+        """Take the inputs' alternates from ``alternates_file`` when it changed since the last
+        trigger: one ``stat`` per trigger otherwise. Planning only: the partitions carry the
+        source each range is read from, so the executors' copies need no update."""
+        if self.alternates_file is None:
+            return
+        try:
+            changed = os.stat(self.alternates_file).st_mtime_ns
+        except FileNotFoundError:
+            return  # the agent has not listed any: the ``inputs`` option's stand
+        if changed == self._alternates_seen:
+            return
+        self._alternates_seen = changed
+        try:
+            with open(self.alternates_file) as file:
+                listed = json.load(file)
+            if not isinstance(listed, dict):
+                raise ValueError(f"expected an object of input -> alternates, got {listed!r}")
+            # An input the file does not name keeps its alternates: a copy (DPC's redo) may
+            # start before its fragment has rewritten a file an earlier run left.
+            found = {
+                key: checked_alternates(listed[key], f"{self.alternates_file}: {key}")
+                for key in map(self._key, self.inputs)
+                if key in listed
+            }
+        except (OSError, ValueError) as error:
+            # The agent writes the file whole (os.replace), so this is a bug, not a race: keep
+            # reading the sources known so far rather than stop the fragment over it.
+            log.error("SUnion %s: alternates not updated: %s", self.consumer, error)
+            return
+        for i in self.inputs:
+            i["alternates"] = found.get(self._key(i), i.get("alternates", []))
+
     def _healed(self, rules: SUnion) -> bool:
         first = self._first_tentative
         return first is not None and all(
@@ -601,6 +652,7 @@ class SUnionReader(DataSourceStreamReader):
     def latestOffset(
         self, start: dict[str, int] | None = None, limit: Any = None
     ) -> dict[str, int]:
+        self._refresh_alternates()
         if start is not None and self.pause_file is not None and os.path.exists(self.pause_file):
             # Paused (a redo yielding to the serving query): "no new data" is an offset equal
             # to the start. Not on the first call: Spark needs one offset to begin from.
