@@ -16,7 +16,7 @@ grant to the UNDO, grant -> STABLE again), corrections, whether its corrected lo
 
     PYSPARK_PYTHON=$PWD/.venv/bin/python SPARK_LOCAL_IP=127.0.0.1 \\
       flock /tmp/fedload-heavy.lock .venv/bin/python -m bench.ha.agents_failures \\
-      [--failures 2 8 15] [--json FILE] [--append] [--workdir DIR]
+      [--failures 2 8 15] [--rates 30 1000] [--json FILE] [--append] [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ from spark_jobs.scenarios.tentative import (
 )
 
 DEFAULT_JSON = Path(__file__).with_name("agents_failures.json")
+# The tentative federation's generators (spark_jobs/scenarios/tentative-federation.yaml).
+DEFAULT_RATE = 30
 
 
 def _after(value: int | None, origin: int) -> int | None:
@@ -122,19 +124,21 @@ def summarize(report: dict[str, Any], fail_for_s: float) -> dict[str, Any]:
 
 
 def one_run(
-    fail_for_s: float, args: argparse.Namespace, work: Path, console: Console
+    fail_for_s: float, rate: int, args: argparse.Namespace, work: Path, console: Console
 ) -> dict[str, Any]:
-    base = work / f"fail-{fail_for_s:g}s"
+    base = work / f"rate-{rate}-fail-{fail_for_s:g}s"
     options = TentativeOptions(
         report_dir=base / "report",
         work=base / "work",
         fail_for_s=fail_for_s,
         reconcile_timeout_s=args.reconcile_timeout,
         settle_without_tentative=True,
+        source_rate=rate,
     )
     began, load_before = time.time(), os.getloadavg()
     result: dict[str, Any] = {
         "fail_for_s": fail_for_s,
+        "rows_per_second_per_source": rate,
         "started_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S"),
     }
     try:
@@ -151,6 +155,11 @@ def one_run(
     return result
 
 
+def _run_key(run: dict[str, Any]) -> tuple[int, float]:
+    # Runs from before the rate was a knob ran at the federation file's rate.
+    return int(run.get("rows_per_second_per_source", DEFAULT_RATE)), float(run["fail_for_s"])
+
+
 def _s(ms: float | None) -> str:
     return "-" if ms is None else f"{ms / 1000:.2f}"
 
@@ -158,6 +167,7 @@ def _s(ms: float | None) -> str:
 def table(runs: list[dict[str, Any]], console: Console) -> None:
     out = Table(title="Failures through the product (tentative scenario, X = 5 s)")
     columns = (
+        "rows/s",
         "failure",
         "copy",
         "cut->UP_FAILURE s",
@@ -174,10 +184,12 @@ def table(runs: list[dict[str, Any]], console: Console) -> None:
     )
     for column in columns:
         out.add_column(column, justify="left" if column in ("failure", "copy") else "right")
-    for run in sorted(runs, key=lambda r: float(r["fail_for_s"])):
+    for run in sorted(runs, key=_run_key):
         load = f"{run['load_before'][0]:.1f} / {run['load_after'][0]:.1f}"
+        rate = str(_run_key(run)[0])
         if "error" in run:
             out.add_row(
+                rate,
                 f"{run['fail_for_s']:g} s",
                 "-",
                 run["error"][:60],
@@ -189,6 +201,7 @@ def table(runs: list[dict[str, Any]], console: Console) -> None:
             continue
         for holder, c in run["copies"].items():
             out.add_row(
+                rate,
                 f"{run['fail_for_s']:g} s",
                 holder,
                 _s(c["cut_to_up_failure_ms"]),
@@ -211,6 +224,13 @@ def main() -> None:
     parser.add_argument(
         "--failures", type=float, nargs="+", default=[2.0, 8.0, 15.0], help="seconds cut, per run"
     )
+    parser.add_argument(
+        "--rates",
+        type=int,
+        nargs="+",
+        default=[DEFAULT_RATE],
+        help="rows per second of each of the two sources, per run (the paper's: 1000-1500)",
+    )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     parser.add_argument(
         "--append", action="store_true", help="keep the file's runs of other failure lengths"
@@ -230,13 +250,14 @@ def main() -> None:
     kept: list[dict[str, Any]] = []
     if args.append and args.json.exists():
         kept = json.loads(args.json.read_text()).get("runs", [])
-    runs = [r for r in kept if float(r["fail_for_s"]) not in args.failures]
-    for fail_for_s in args.failures:
-        run = one_run(fail_for_s, args, work, console) | {"code": code}
+    wanted = {(rate, fail_for_s) for rate in args.rates for fail_for_s in args.failures}
+    runs = [r for r in kept if _run_key(r) not in wanted]
+    for rate, fail_for_s in sorted(wanted):
+        run = one_run(fail_for_s, rate, args, work, console) | {"code": code}
         runs.append(run)
         # Written after each run: a later one that hangs or is stopped loses nothing before it.
         result = {
-            "runs": sorted(runs, key=lambda r: float(r["fail_for_s"])),
+            "runs": sorted(runs, key=_run_key),
             "machine": {"machine": platform.machine(), "nproc": os.cpu_count()},
         }
         args.json.parent.mkdir(parents=True, exist_ok=True)

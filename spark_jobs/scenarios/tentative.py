@@ -45,7 +45,7 @@ import itertools
 import statistics
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -56,8 +56,9 @@ from app.availability.consumer import Row
 from app.availability.detector import PeerStatus
 from app.availability.states import NodeState
 from app.dataplane.streams import output_stream
-from app.federation.document import load_federation
+from app.federation.document import FederationDoc, load_federation
 from app.participant.client import FedloadClient
+from spark_jobs.fragments.catalogue import GENERATOR
 from spark_jobs.ha.faultproxy import FaultProxy
 from spark_jobs.runtime.dataplane import TokenSource, registry_tokens
 from spark_jobs.runtime.transport import StreamClient
@@ -109,6 +110,9 @@ class TentativeOptions(ScenarioOptions):
     # brings no reconciliation to wait for): see ``copy_settled``. Off, every copy must have
     # reconciled, as a cut well past the budget must bring.
     settle_without_tentative: bool = False
+    # Rows per second of each source (O.conns and O.far); None: the federation file's (30). The
+    # benchmark's knob for the paper's 1,000-1,500 tuples/s per stream.
+    source_rate: int | None = None
 
 
 def run_tentative(options: TentativeOptions, console: Console | None = None) -> dict[str, Any]:
@@ -123,13 +127,29 @@ def run_tentative(options: TentativeOptions, console: Console | None = None) -> 
         ),
         **dict.fromkeys(HOLDERS, eager),
     }
-    fed = scenario_federation(load_federation(FEDERATION), options, placements, "tentative")
+    doc = load_federation(FEDERATION)
+    if options.source_rate is not None:
+        doc = with_source_rate(doc, options.source_rate)
+    fed = scenario_federation(doc, options, placements, "tentative")
     try:
         with running(fed, console) as admin:
             return _run(options, console, fed, admin, proxy)
     finally:
         # Only now: O's own calls to its endpoint cross the proxy until its agent has stopped.
         proxy.close()
+
+
+def with_source_rate(doc: FederationDoc, rate: int) -> FederationDoc:
+    """The federation with every generator's rate set to ``rate`` rows per second."""
+    if rate <= 0:
+        raise ValueError(f"source_rate must be a positive number of rows per second, got {rate}")
+    return replace(
+        doc,
+        tasks=tuple(
+            replace(t, params={**t.params, "rate": rate}) if t.fragment == GENERATOR else t
+            for t in doc.tasks
+        ),
+    )
 
 
 def _boundary(where: str, stream: str, tokens: TokenSource) -> int | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.ha.agents_failures import summarize, summarize_copy
+from bench.ha.agents_failures import DEFAULT_RATE, _run_key, summarize, summarize_copy
 from spark_jobs.scenarios.tentative import copy_settled
 
 
@@ -146,3 +146,8 @@ def test_a_copy_that_went_tentative_during_the_cut_must_reconcile() -> None:
     # UP_FAILURE before the cut (start-up) is not this cut's.
     before = state(history=[["UP_FAILURE", 1001.0], ["STABLE", 1002.0]])
     assert copy_settled(before, 1008.0, 1016.0, without_tentative=True)
+
+
+def test_runs_are_keyed_by_rate_and_failure_and_older_runs_ran_at_the_files_rate() -> None:
+    assert _run_key({"fail_for_s": 8}) == (DEFAULT_RATE, 8.0)
+    assert _run_key({"fail_for_s": 8, "rows_per_second_per_source": 1000}) == (1000, 8.0)
