@@ -760,9 +760,15 @@ def _reconciling(state: dict[str, Any]) -> list[dict[str, float | None]]:
                 "began": float(record["began"]),
                 "switched": None if switched is None else float(switched),
                 "stable": stable,
+                # The state the redo restored (reconciliation time against state size).
+                "checkpoint_bytes": record.get("checkpoint_bytes"),
+                "state_rows": record.get("state_rows"),
             }
         )
     return out
+
+
+_TIMES = ("began", "switched", "stable")
 
 
 def _within_permits(
@@ -832,7 +838,9 @@ def _two_copies(
             "final_state": state.get("state"),
             "history": [[name, ms(float(at))] for name, at in history],
             "startup_episodes": startup_episodes(state, started),
-            "reconciliations": [{k: ms(v) for k, v in p.items()} for p in periods[holder]],
+            "reconciliations": [
+                {k: ms(v) if k in _TIMES else v for k, v in p.items()} for p in periods[holder]
+            ],
             "redo_failures": state.get("redo_failures"),
             "permits_lost": state.get("permits_lost"),
             "tentative_rows": int(state.get("tentative_rows", 0)),

@@ -77,9 +77,24 @@ def test_a_copy_stable_again_before_its_switch_was_timed_reconciled() -> None:
             ["STABILIZATION", 90.127],
             ["STABLE", 90.480],
         ],
-        "reconciled": [{"began": 30.847, "switched": 90.542}],
+        "reconciled": [
+            {
+                "began": 30.847,
+                "switched": 90.542,
+                "checkpoint_bytes": 31_744,
+                "state_rows": 212,
+            }
+        ],
     }
-    assert _reconciling(state) == [{"began": 30.847, "switched": 90.542, "stable": 90.480}]
+    assert _reconciling(state) == [
+        {
+            "began": 30.847,
+            "switched": 90.542,
+            "stable": 90.480,
+            "checkpoint_bytes": 31_744,
+            "state_rows": 212,
+        }
+    ]
 
 
 def test_a_dropped_redo_is_not_a_completed_reconciliation() -> None:
