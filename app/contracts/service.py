@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Row, Table, bindparam, insert, select
+from sqlalchemy import Row, Table, bindparam, select
 from sqlalchemy.orm import Session
 
+from app.audit import sealing
 from app.audit import service as audit
 from app.auth.principal import Principal
 from app.contracts import repository
@@ -100,17 +101,19 @@ def _state(contract: ContractView) -> ContractState:
     )
 
 
-_INSERT_EVENT = insert(cast(Table, ContractEvent.__table__))
+_EVENTS = cast(Table, ContractEvent.__table__)
 
 
 def _log(
     session: Session, contract: Contract, action: str, principal: Principal | None, actor: str
 ) -> None:
     """History and audit for one step; called after flush so the version is the new one."""
-    # A row nothing in the transaction reads again: inserted by a statement built once, not as
-    # an ORM object the commit's flush would have to process (every negotiation step has one).
-    session.execute(
-        _INSERT_EVENT,
+    # A row nothing in the transaction reads again (the history's reader writes it first,
+    # ``repository.events``): inserted with the step's audit entry, in its statement on
+    # PostgreSQL, rather than by a round trip of its own (every negotiation step has one).
+    sealing.insert_at_commit(
+        session,
+        _EVENTS,
         {
             "contract_id": contract.id,
             "version": contract.version,
@@ -118,6 +121,7 @@ def _log(
             "author_id": principal.participant_id if principal else None,
             "actor": actor,
             "terms": terms_snapshot(contract),
+            "at": utcnow(),
         },
     )
     audit.record(
@@ -167,15 +171,15 @@ def _read(contract: ContractView, names: dict[int, str]) -> ContractRead:
 def propose(session: Session, principal: Principal, data: ContractCreate) -> Contract:
     if principal.participant_id is None:
         raise InvalidInput("an admin cannot propose a contract; apply a contract file instead")
-    partner = participants.get_by_name(session, data.partner)
+    partner = repository.partner_and_live_contract(session, principal.participant_id, data.partner)
     if partner is None:
         raise InvalidInput(f"unknown partner {data.partner!r}", field="partner")
     if partner.id == principal.participant_id:
         raise InvalidInput("a contract needs two parties; you named yourself", field="partner")
-    existing = repository.live_between(session, principal.participant_id, partner.id)
-    if existing is not None:
+    if partner.live_id is not None:
         raise Conflict(
-            f"you and {partner.name} already have contract {existing.id} ({existing.status.value})",
+            f"you and {partner.name} already have contract {partner.live_id} "
+            f"({partner.live_status.value})",
             field="partner",
         )
     now = utcnow()
@@ -240,10 +244,20 @@ def list_for(
 ) -> list[Row[Any]]:
     """A page of the caller's contracts by id, as rows to answer with; those past their term
     are expired first."""
-    for contract in repository.due_to_expire(session, principal.participant_id, utcnow()):
-        expire_if_due(session, contract)
+    now = utcnow()
+    page = repository.page_rows(
+        session, principal.participant_id, now, status=status, after_id=after_id, limit=limit
+    )
+    # The page says whether anything is due; an empty page cannot, so it asks.
+    if page and not page[0].any_due:
+        return page
+    due = repository.due_to_expire(session, principal.participant_id, now)
+    if not due:
+        return page
+    for contract in due:
+        expire_if_due(session, contract, now)
     return repository.page_rows(
-        session, principal.participant_id, status=status, after_id=after_id, limit=limit
+        session, principal.participant_id, now, status=status, after_id=after_id, limit=limit
     )
 
 
