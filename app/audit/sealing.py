@@ -42,7 +42,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, SessionTransaction
 
 from app.audit.chain import GENESIS, ChainFields, entry_hash
-from app.audit.subjects import KEPT, concerned, keep_alive
+from app.audit.subjects import KEPT, KNOWN_PARTIES, concerned, keep_alive
 from app.models import AuditEntry, AuditHead, AuditSubject
 
 PENDING = "fedload.audit.pending"
@@ -351,6 +351,7 @@ def _forget(session: Session, transaction: SessionTransaction) -> None:
         session.info.pop(ROWS, None)
         session.info.pop(SEALED, None)
         session.info.pop(KEPT, None)
+        session.info.pop(KNOWN_PARTIES, None)
 
 
 event.listen(Session, "before_commit", _seal)

@@ -12,8 +12,9 @@ import functools
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Row, Select, Table, and_, bindparam, exists, or_, select
+from sqlalchemy import Row, Select, Table, and_, bindparam, exists, insert, or_, select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.exc import StaleDataError
 
 from app.audit import sealing
 from app.contracts.lifecycle import LIVE
@@ -51,11 +52,60 @@ def get(session: Session, contract_id: int, *, for_update: bool = False) -> Cont
 # object (its state, the identity map) costs more CPU than the statement (bench/api/README.md).
 _TABLE = cast(Table, Contract.__table__)
 _ROW_BY_ID = select(_TABLE).where(_TABLE.c.id == bindparam("contract_id"))
+_ROW_BY_ID_LOCKED = _ROW_BY_ID.with_for_update()
 
 
-def get_row(session: Session, contract_id: int) -> Row[Any] | None:
-    """The contract as a row to read from, not to change."""
-    return session.execute(_ROW_BY_ID, {"contract_id": contract_id}).first()
+def get_row(session: Session, contract_id: int, *, for_update: bool = False) -> Row[Any] | None:
+    """The contract as a row to read from, or, locked, to change with ``update_row``."""
+    query = _ROW_BY_ID_LOCKED if for_update else _ROW_BY_ID
+    return session.execute(query, {"contract_id": contract_id}).first()
+
+
+# The negotiation's writes, as statements of the contracts table that answer with the row
+# written (RETURNING), rather than through ORM objects: loading an object and flushing its
+# changes through the unit of work cost more CPU than the statements (bench/api/README.md,
+# session 25). The version rises by one at each change, as the mapper's version_id_col makes
+# it for the ORM's writes (federation files, expiry).
+_INSERT = insert(_TABLE).returning(*_TABLE.c)
+
+
+def insert_row(session: Session, values: dict[str, Any]) -> Row[Any]:
+    """A new contract (version 1) from ``values`` (column: value; the table's defaults for the
+    rest), as the row inserted."""
+    return session.execute(_INSERT, {**values, "version": 1}).one()
+
+
+@functools.cache
+def _update(columns: tuple[str, ...]) -> Any:
+    """The update of ``columns`` (and the version and ``updated_at``) of one contract at one
+    version; built once per set of columns."""
+    changed = {c: bindparam(f"new_{c}", type_=_TABLE.c[c].type) for c in columns}
+    return (
+        update(_TABLE)
+        .where(_TABLE.c.id == bindparam("contract_id"), _TABLE.c.version == bindparam("seen"))
+        .values(
+            {
+                **changed,
+                "version": _TABLE.c.version + 1,
+                "updated_at": bindparam("new_updated_at", type_=_TABLE.c.updated_at.type),
+            }
+        )
+        .returning(*_TABLE.c)
+    )
+
+
+def update_row(
+    session: Session, contract: Row[Any], values: dict[str, Any], now: datetime
+) -> Row[Any]:
+    """Change ``values`` (column: value) of ``contract``, a row read locked (``get_row``), as
+    of ``now``; the row written. StaleDataError (409) if the contract is no longer at the
+    version read, as the ORM's versioned update raises it."""
+    params = {f"new_{column}": value for column, value in values.items()}
+    params.update(contract_id=contract.id, seen=contract.version, new_updated_at=now)
+    written = session.execute(_update(tuple(values)), params).first()
+    if written is None:
+        raise StaleDataError(f"contract {contract.id} is no longer at version {contract.version}")
+    return written
 
 
 # The flag a page of rows carries (``page_rows``): whether any contract it could show is live
