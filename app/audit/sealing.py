@@ -82,10 +82,13 @@ def insert_at_commit(session: Session, table: Table, row: dict[str, Any]) -> Non
     entries. For rows nothing in the transaction reads again (``insert_queued`` otherwise):
     every column the table fills from a Python default must be given (``at``, say), since
     the row may be inserted by a CTE."""
+    # Begun here if need be: a row must belong to the transaction that writes it, or a
+    # rollback before any statement would leave it queued for the next one.
+    transaction = session.get_nested_transaction() or session.get_transaction() or session.begin()
     rows: list[tuple[Table, dict[str, Any], SessionTransaction | None]] = session.info.setdefault(
         ROWS, []
     )
-    rows.append((table, row, session.get_nested_transaction() or session.get_transaction()))
+    rows.append((table, row, transaction))
 
 
 def insert_queued(session: Session) -> None:
