@@ -129,3 +129,24 @@ def test_a_history_read_in_the_transaction_of_its_step_shows_the_step(
         session.commit()
     history = abc.get("A", f"/v1/contracts/{contract['id']}/history").json()
     assert [e["action"] for e in history] == ["proposed", "rejected"]
+
+
+def test_a_decision_on_a_contract_past_its_term_is_refused_as_before(
+    abc: Api, settings: Settings
+) -> None:
+    """The decision reads the contract as a row; one past its term still goes through the ORM's
+    expiry, and the step answers 409, its transaction (the expiry with it) rolled back."""
+    contract = abc.propose("A", "B")
+    past_its_term(settings, contract["id"])
+    path = f"/v1/contracts/{contract['id']}"
+    for who, step, body in (("B", "accept", {"version": 1}), ("B", "counter", {"version": 1})):
+        refused = abc.post(who, f"{path}/{step}", body)
+        assert refused.status_code == 409, refused.text
+        assert refused.json() == {
+            "detail": "the contract expired at 2020-06-01T00:00:00+00:00",
+            "field": "status",
+        }
+    assert audit_actions(settings, contract["id"]) == ["contract.proposed"]
+    read = abc.get("A", path).json()
+    assert (read["status"], read["version"]) == ("expired", 2)
+    assert audit_actions(settings, contract["id"]) == ["contract.proposed", "contract.expired"]
