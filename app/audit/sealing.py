@@ -19,6 +19,12 @@ Taking the head at the very end, after everything else is flushed, keeps it shor
 deadlocks: once it is held the transaction only inserts into the audit tables, which hold no
 foreign key to a row another transaction could have locked.
 
+A row another module writes as part of a step, which nothing in the transaction reads again
+(a contract's history event), may ride along: ``insert_at_commit`` queues it, and on
+PostgreSQL it is one more data-modifying CTE of the entries' statement instead of a round trip
+of its own (``bench/api/README.md``, session 25). A reader of such a table inside a
+transaction writes what is queued first (``insert_queued``).
+
 Listeners registered with ``on_committed`` hear of the entries once their transaction is
 committed (the metrics count moves and offers this way; a rolled-back entry is never counted).
 """
@@ -36,10 +42,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, SessionTransaction
 
 from app.audit.chain import GENESIS, ChainFields, entry_hash
-from app.audit.subjects import KEPT, concerned, keep_alive
+from app.audit.subjects import KEPT, KNOWN_PARTIES, concerned, keep_alive
 from app.models import AuditEntry, AuditHead, AuditSubject
 
 PENDING = "fedload.audit.pending"
+# session.info: rows to insert with the audit entries (``insert_at_commit``), in queue order.
+ROWS = "fedload.audit.rows"
 SEALED = "fedload.audit.sealed"
 # Chains created when the head table is empty (as migration 0010 does).
 CHAINS = 16
@@ -69,13 +77,42 @@ def queue(session: Session, entry: AuditEntry) -> None:
     keep_alive(session, entry)
 
 
+def insert_at_commit(session: Session, table: Table, row: dict[str, Any]) -> None:
+    """Insert ``row`` into ``table`` just before the transaction commits, with its audit
+    entries. For rows nothing in the transaction reads again (``insert_queued`` otherwise):
+    every column the table fills from a Python default must be given (``at``, say), since
+    the row may be inserted by a CTE."""
+    # Begun here if need be: a row must belong to the transaction that writes it, or a
+    # rollback before any statement would leave it queued for the next one.
+    transaction = session.get_nested_transaction() or session.get_transaction() or session.begin()
+    rows: list[tuple[Table, dict[str, Any], SessionTransaction | None]] = session.info.setdefault(
+        ROWS, []
+    )
+    rows.append((table, row, transaction))
+
+
+def insert_queued(session: Session) -> None:
+    """Insert the rows ``insert_at_commit`` queued so far, now, in order: for a reader of
+    their tables inside the transaction."""
+    rows: list[tuple[Table, dict[str, Any], Any]] = session.info.pop(ROWS, [])
+    for table, row, _ in rows:
+        session.execute(_insert(table), row)
+
+
+@functools.cache
+def _insert(table: Table) -> Any:
+    return insert(table)
+
+
 def _seal(session: Session) -> None:
     if session.in_nested_transaction():  # a savepoint's release: the chain waits for the end
         return
     pending: list[tuple[AuditEntry, Any]] = session.info.pop(PENDING, [])
     if not pending:
+        insert_queued(session)
         return
     session.flush()  # everything else first: the head is locked only for the inserts below
+    rows: list[tuple[Table, dict[str, Any], Any]] = session.info.pop(ROWS, [])
     actors: dict[str, int | None] = {}
     concerning = [concerned(session, entry, actors) for entry, _ in pending]
     postgres = session.get_bind().dialect.name == "postgresql"
@@ -120,9 +157,22 @@ def _seal(session: Session) -> None:
     # Core statements built once (below), not the ORM's unit of work: the rows are final, and
     # building and flushing them as objects was most of what an audited commit cost.
     end = {"chain": chain, "end_id": ids[-1], "end_hash": last_hash}
-    if postgres and len(entries) <= MAX_ONE_STATEMENT and len(subjects) <= 4 * MAX_ONE_STATEMENT:
-        session.execute(_write_at_once(len(entries), len(subjects)), _flat(entries, subjects, end))
+    # One queued row at most: the CTEs of one statement run in no set order, and two rows of
+    # one table must get their serial ids in the order they were queued.
+    if (
+        postgres
+        and len(entries) <= MAX_ONE_STATEMENT
+        and len(subjects) <= 4 * MAX_ONE_STATEMENT
+        and len(rows) <= 1
+    ):
+        shape = tuple((table, tuple(row)) for table, row, _ in rows)
+        values = _flat(entries, subjects, end)
+        for k, (_, row, _) in enumerate(rows):
+            values.update({f"row_{k}_{column}": value for column, value in row.items()})
+        session.execute(_write_at_once(len(entries), len(subjects), shape), values)
     else:
+        for table, row, _ in rows:
+            session.execute(_insert(table), row)
         session.execute(_INSERT_ENTRIES, entries)
         if subjects:
             session.execute(_INSERT_SUBJECTS, subjects)
@@ -136,13 +186,21 @@ MAX_ONE_STATEMENT = 4
 
 
 @functools.lru_cache(maxsize=64)
-def _write_at_once(entry_count: int, subject_count: int) -> Any:
+def _write_at_once(
+    entry_count: int, subject_count: int, rows: tuple[tuple[Table, tuple[str, ...]], ...] = ()
+) -> Any:
     """One round trip instead of three: the entries and their subjects inserted by
     data-modifying CTEs of the head's update, one single-row insert each (a multi-row VALUES
     is a statement SQLAlchemy does not cache, compiled anew each time). PostgreSQL checks the
-    subjects' foreign key at the end of the statement, when the entries are there. Built once
+    subjects' foreign key at the end of the statement, when the entries are there. ``rows``:
+    the queued rows' tables and columns (``insert_at_commit``), a CTE each too. Built once
     per shape."""
     statement = _EXTEND
+    for k, (table, columns) in enumerate(rows):
+        values: dict[str, Any] = {
+            c: bindparam(f"row_{k}_{c}", type_=table.c[c].type) for c in columns
+        }
+        statement = statement.add_cte(insert(table).values(values).cte(f"queued_row_{k}"))
     for i in range(entry_count):
         row = {c: bindparam(f"{c}_{i}", type_=_log.c[c].type) for c in _LOG_COLUMNS}
         statement = statement.add_cte(insert(_log).values(row).cte(f"sealed_entry_{i}"))
@@ -272,12 +330,14 @@ def _notify(session: Session) -> None:
 
 
 def _drop_rolled_back(session: Session, previous: SessionTransaction) -> None:
-    """A rollback drops the entries queued inside the transaction it rolled back."""
+    """A rollback drops the entries and rows queued inside the transaction it rolled back."""
     session.info.pop(SEALED, None)
     pending = session.info.get(PENDING)
-    if not pending:
-        return
-    session.info[PENDING] = [(entry, txn) for entry, txn in pending if not _within(txn, previous)]
+    if pending:
+        session.info[PENDING] = [(e, txn) for e, txn in pending if not _within(txn, previous)]
+    rows = session.info.get(ROWS)
+    if rows:
+        session.info[ROWS] = [(t, r, txn) for t, r, txn in rows if not _within(txn, previous)]
 
 
 def _within(txn: SessionTransaction | None, outer: SessionTransaction) -> bool:
@@ -291,8 +351,10 @@ def _within(txn: SessionTransaction | None, outer: SessionTransaction) -> bool:
 def _forget(session: Session, transaction: SessionTransaction) -> None:
     if transaction.parent is None:  # the whole transaction is over: nothing may carry over
         session.info.pop(PENDING, None)
+        session.info.pop(ROWS, None)
         session.info.pop(SEALED, None)
         session.info.pop(KEPT, None)
+        session.info.pop(KNOWN_PARTIES, None)
 
 
 event.listen(Session, "before_commit", _seal)

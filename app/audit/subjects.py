@@ -28,6 +28,8 @@ from app.models import (
 PARTICIPANT_ACTOR = "participant:"
 # session.info: participant ids of actors the session already knows (the authenticated caller).
 KNOWN_ACTORS = "fedload.audit.known_actors"
+# session.info: the parties of contracts the session wrote as rows, not objects, by id.
+KNOWN_PARTIES = "fedload.audit.known_parties"
 
 
 @dataclass(frozen=True)
@@ -48,8 +50,8 @@ def concerned(session: Session, entry: AuditEntry, actors: dict[str, int | None]
         kind, key = entry.entity_type, entry.entity_id
         if kind == "participant":
             ids.add(key)
-        elif kind == "contract" and (contract := session.get(Contract, key)) is not None:
-            ids.update((contract.proposer_id, contract.partner_id))
+        elif kind == "contract" and (parties := _parties(session, key)) is not None:
+            ids.update(parties)
         elif kind == "task" and (task := session.get(Task, key)) is not None:
             ids.update((task.owner_id, task.host_id))
         elif kind == "offer" and (offer := session.get(Offer, key)) is not None:
@@ -86,6 +88,20 @@ def keep_alive(session: Session, entry: AuditEntry) -> None:
     row = session.identity_map.get(identity_key(model, entry.entity_id))
     if row is not None:
         session.info.setdefault(KEPT, []).append(row)
+
+
+def remember_parties(session: Session, contract_id: int, parties: tuple[int, int]) -> None:
+    """Contract ``contract_id``'s parties: its entries need no query to find them, even when
+    the session wrote it as a row (``app/contracts/repository.py``) and holds no object."""
+    session.info.setdefault(KNOWN_PARTIES, {})[contract_id] = parties
+
+
+def _parties(session: Session, contract_id: int) -> tuple[int, int] | None:
+    known: dict[int, tuple[int, int]] = session.info.get(KNOWN_PARTIES, {})
+    if contract_id in known:
+        return known[contract_id]
+    contract = session.get(Contract, contract_id)
+    return None if contract is None else (contract.proposer_id, contract.partner_id)
 
 
 def remember_actor(session: Session, actor: str, participant_id: int) -> None:

@@ -12,12 +12,14 @@ import functools
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Row, Select, Table, bindparam, or_, select
+from sqlalchemy import Row, Select, Table, and_, bindparam, exists, insert, or_, select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.exc import StaleDataError
 
+from app.audit import sealing
 from app.contracts.lifecycle import LIVE
 from app.db import keyset
-from app.models import Contract, ContractEvent, ContractStatus, LedgerEntry
+from app.models import Contract, ContractEvent, ContractStatus, LedgerEntry, Participant
 
 _LIVE = [ContractStatus(s.value) for s in LIVE]
 _PARTY = or_(Contract.proposer_id == bindparam("party"), Contract.partner_id == bindparam("party"))
@@ -50,19 +52,87 @@ def get(session: Session, contract_id: int, *, for_update: bool = False) -> Cont
 # object (its state, the identity map) costs more CPU than the statement (bench/api/README.md).
 _TABLE = cast(Table, Contract.__table__)
 _ROW_BY_ID = select(_TABLE).where(_TABLE.c.id == bindparam("contract_id"))
+_ROW_BY_ID_LOCKED = _ROW_BY_ID.with_for_update()
 
 
-def get_row(session: Session, contract_id: int) -> Row[Any] | None:
-    """The contract as a row to read from, not to change."""
-    return session.execute(_ROW_BY_ID, {"contract_id": contract_id}).first()
+def get_row(session: Session, contract_id: int, *, for_update: bool = False) -> Row[Any] | None:
+    """The contract as a row to read from, or, locked, to change with ``update_row``."""
+    query = _ROW_BY_ID_LOCKED if for_update else _ROW_BY_ID
+    return session.execute(query, {"contract_id": contract_id}).first()
+
+
+# The negotiation's writes, as statements of the contracts table that answer with the row
+# written (RETURNING), rather than through ORM objects: loading an object and flushing its
+# changes through the unit of work cost more CPU than the statements (bench/api/README.md,
+# session 25). The version rises by one at each change, as the mapper's version_id_col makes
+# it for the ORM's writes (federation files, expiry).
+_INSERT = insert(_TABLE).returning(*_TABLE.c)
+
+
+def insert_row(session: Session, values: dict[str, Any]) -> Row[Any]:
+    """A new contract (version 1) from ``values`` (column: value; the table's defaults for the
+    rest), as the row inserted."""
+    return session.execute(_INSERT, {**values, "version": 1}).one()
+
+
+@functools.cache
+def _update(columns: tuple[str, ...]) -> Any:
+    """The update of ``columns`` (and the version and ``updated_at``) of one contract at one
+    version; built once per set of columns."""
+    changed = {c: bindparam(f"new_{c}", type_=_TABLE.c[c].type) for c in columns}
+    return (
+        update(_TABLE)
+        .where(_TABLE.c.id == bindparam("contract_id"), _TABLE.c.version == bindparam("seen"))
+        .values(
+            {
+                **changed,
+                "version": _TABLE.c.version + 1,
+                "updated_at": bindparam("new_updated_at", type_=_TABLE.c.updated_at.type),
+            }
+        )
+        .returning(*_TABLE.c)
+    )
+
+
+def update_row(
+    session: Session, contract: Row[Any], values: dict[str, Any], now: datetime
+) -> Row[Any]:
+    """Change ``values`` (column: value) of ``contract``, a row read locked (``get_row``), as
+    of ``now``; the row written. StaleDataError (409) if the contract is no longer at the
+    version read, as the ORM's versioned update raises it."""
+    params = {f"new_{column}": value for column, value in values.items()}
+    params.update(contract_id=contract.id, seen=contract.version, new_updated_at=now)
+    written = session.execute(_update(tuple(values)), params).first()
+    if written is None:
+        raise StaleDataError(f"contract {contract.id} is no longer at version {contract.version}")
+    return written
+
+
+# The flag a page of rows carries (``page_rows``): whether any contract it could show is live
+# past its term, to expire before the page may be answered.
+ANY_DUE = "any_due"
+# An alias of its own: the page's contracts and these are unrelated (never correlated).
+_due = _TABLE.alias("due")
+_DUE_ROWS = select(_due.c.id).where(_due.c.status.in_(_LIVE), _due.c.ends_at <= bindparam("now"))
+_ANY_DUE = {
+    False: exists(_DUE_ROWS).label(ANY_DUE),
+    True: exists(
+        _DUE_ROWS.where(
+            or_(_due.c.proposer_id == bindparam("party"), _due.c.partner_id == bindparam("party"))
+        )
+    ).label(ANY_DUE),
+}
 
 
 @functools.cache
 def _page(
     of_party: bool, by_status: bool, after: bool, limited: bool, rows: bool = False
 ) -> Select[Any]:
-    """The page query for one combination of filters, built the first time it is asked for."""
-    query = select(_TABLE) if rows else select(Contract)
+    """The page query for one combination of filters, built the first time it is asked for.
+    As rows, each row also says whether any contract of the party (of anyone for an admin) is
+    due to expire (``ANY_DUE``): the expiry check of a list rides on its page query, which
+    PostgreSQL and SQLite both run once per statement (uncorrelated), not once per row."""
+    query = select(_TABLE, _ANY_DUE[of_party]) if rows else select(Contract)
     if of_party:
         query = query.where(_PARTY)
     if by_status:
@@ -93,12 +163,14 @@ def for_participant(
 def page_rows(
     session: Session,
     participant_id: int | None,
+    now: datetime,
     *,
     status: ContractStatus | None = None,
     after_id: int | None = None,
     limit: int | None = None,
 ) -> list[Row[Any]]:
-    """``for_participant``'s contracts as rows to read from (``get_row``)."""
+    """``for_participant``'s contracts as rows to read from (``get_row``), each with
+    ``ANY_DUE``: whether any of the participant's live contracts had ended by ``now``."""
     query = _page(
         participant_id is not None,
         status is not None,
@@ -106,7 +178,13 @@ def page_rows(
         limit is not None,
         rows=True,
     )
-    values = {"party": participant_id, "status": status, "after_id": after_id, "limit": limit}
+    values = {
+        "party": participant_id,
+        "status": status,
+        "after_id": after_id,
+        "limit": limit,
+        "now": now,
+    }
     return list(session.execute(query, {k: v for k, v in values.items() if v is not None}))
 
 
@@ -122,10 +200,47 @@ def live_between(session: Session, a: int, b: int) -> Contract | None:
     return session.scalar(_LIVE_BETWEEN, {"a": a, "b": b})
 
 
+_PARTICIPANTS = cast(Table, Participant.__table__)
+# A proposal's two lookups in one statement: the partner by name and the live contract, if
+# any, between it and the proposer (at most one: uq_contracts_live_pair).
+_PARTNER_AND_LIVE: Select[Any] = (
+    select(
+        _PARTICIPANTS.c.id,
+        _PARTICIPANTS.c.name,
+        _TABLE.c.id.label("live_id"),
+        _TABLE.c.status.label("live_status"),
+    )
+    .select_from(
+        _PARTICIPANTS.outerjoin(
+            _TABLE,
+            and_(
+                or_(
+                    (_TABLE.c.proposer_id == bindparam("me"))
+                    & (_TABLE.c.partner_id == _PARTICIPANTS.c.id),
+                    (_TABLE.c.proposer_id == _PARTICIPANTS.c.id)
+                    & (_TABLE.c.partner_id == bindparam("me")),
+                ),
+                _TABLE.c.status.in_(_LIVE),
+            ),
+        )
+    )
+    .where(_PARTICIPANTS.c.name == bindparam("name"))
+    .limit(1)
+)
+
+
+def partner_and_live_contract(session: Session, me: int, name: str) -> Row[Any] | None:
+    """The participant named ``name`` (``id``, ``name``) and the live contract between it and
+    ``me`` (``live_id``, ``live_status``, both None when there is none); None when no
+    participant has that name."""
+    return session.execute(_PARTNER_AND_LIVE, {"me": me, "name": name}).first()
+
+
 def events(
     session: Session, contract_id: int, *, after_id: int | None = None, limit: int | None = None
 ) -> list[ContractEvent]:
     """A contract's history in order; a page of it after the event ``after_id`` when given."""
+    sealing.insert_queued(session)  # this transaction's own steps too (``service._log``)
     query = keyset.after(
         select(ContractEvent).where(ContractEvent.contract_id == contract_id),
         [ContractEvent.id],

@@ -7,10 +7,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Row, Table, bindparam, insert, select
+from sqlalchemy import Row, Table, bindparam, select
 from sqlalchemy.orm import Session
 
+from app.audit import sealing
 from app.audit import service as audit
+from app.audit.subjects import remember_parties
 from app.auth.principal import Principal
 from app.contracts import repository
 from app.contracts.lifecycle import Action, ContractState, Status, is_due_to_expire, next_status
@@ -29,8 +31,13 @@ from app.errors import Conflict, InvalidInput, NotFound
 from app.models import Contract, ContractEvent, ContractStatus, LedgerEntry, Offer, OfferStatus
 from app.participants import repository as participants
 
+# A contract to answer with: the ORM object, or a row of the contracts table read or written as
+# it is answered (``repository.get_row``, ``page_rows``, ``insert_row``, ``update_row``), with
+# the same attribute names.
+ContractView = Contract | Row[Any]
 
-def terms_snapshot(contract: Contract) -> dict[str, Any]:
+
+def terms_snapshot(contract: ContractView) -> dict[str, Any]:
     return {
         "price_min": contract.price_min,
         "price_max": contract.price_max,
@@ -43,11 +50,6 @@ def terms_snapshot(contract: Contract) -> dict[str, Any]:
     }
 
 
-# A contract to answer with: the ORM object, or a row of the contracts table read as it is
-# answered (``repository.get_row``, ``repository.page_rows``), with the same attribute names.
-ContractView = Contract | Row[Any]
-
-
 def _availability(contract: ContractView) -> AvailabilityTerms:
     return AvailabilityTerms(
         recovery=contract.recovery,
@@ -56,19 +58,26 @@ def _availability(contract: ContractView) -> AvailabilityTerms:
     )
 
 
-def _apply_terms(contract: Contract, terms: ContractTerms, now: datetime) -> None:
-    contract.price_min, contract.price_max = terms.price_min, terms.price_max
-    contract.starts_at, contract.ends_at = terms.term(now)
-    if contract.ends_at <= now:
+def _terms_values(terms: ContractTerms, now: datetime) -> dict[str, Any]:
+    """The contracts table's columns for ``terms`` (the key order fixed: ``update_row``
+    builds its statement once per set and order of columns)."""
+    starts_at, ends_at = terms.term(now)
+    if ends_at <= now:
         raise InvalidInput("the term has already ended", field="ends_at")
-    contract.min_move_seconds = terms.min_move_seconds
     availability = terms.availability or AvailabilityTerms()
-    contract.recovery = availability.recovery
-    contract.max_delay_seconds = availability.max_delay_seconds
-    contract.replica_hosting = availability.replica_hosting
+    return {
+        "price_min": terms.price_min,
+        "price_max": terms.price_max,
+        "starts_at": starts_at,
+        "ends_at": ends_at,
+        "min_move_seconds": terms.min_move_seconds,
+        "recovery": availability.recovery,
+        "max_delay_seconds": availability.max_delay_seconds,
+        "replica_hosting": availability.replica_hosting,
+    }
 
 
-def _merged_terms(contract: Contract, counter: ContractCounter) -> ContractTerms:
+def _merged_terms(contract: ContractView, counter: ContractCounter) -> ContractTerms:
     """The terms a counter puts on the table: what it names, the rest as they stand."""
     given = {k: getattr(counter, k) for k in counter.model_fields_set if k != "version"}
     current = {
@@ -100,17 +109,19 @@ def _state(contract: ContractView) -> ContractState:
     )
 
 
-_INSERT_EVENT = insert(cast(Table, ContractEvent.__table__))
+_EVENTS = cast(Table, ContractEvent.__table__)
 
 
 def _log(
-    session: Session, contract: Contract, action: str, principal: Principal | None, actor: str
+    session: Session, contract: ContractView, action: str, principal: Principal | None, actor: str
 ) -> None:
-    """History and audit for one step; called after flush so the version is the new one."""
-    # A row nothing in the transaction reads again: inserted by a statement built once, not as
-    # an ORM object the commit's flush would have to process (every negotiation step has one).
-    session.execute(
-        _INSERT_EVENT,
+    """History and audit for one step; called after the write, so the version is the new one."""
+    # A row nothing in the transaction reads again (the history's reader writes it first,
+    # ``repository.events``): inserted with the step's audit entry, in its statement on
+    # PostgreSQL, rather than by a round trip of its own (every negotiation step has one).
+    sealing.insert_at_commit(
+        session,
+        _EVENTS,
         {
             "contract_id": contract.id,
             "version": contract.version,
@@ -118,8 +129,10 @@ def _log(
             "author_id": principal.participant_id if principal else None,
             "actor": actor,
             "terms": terms_snapshot(contract),
+            "at": utcnow(),
         },
     )
+    remember_parties(session, contract.id, (contract.proposer_id, contract.partner_id))
     audit.record(
         session,
         actor=actor,
@@ -164,30 +177,31 @@ def _read(contract: ContractView, names: dict[int, str]) -> ContractRead:
     )
 
 
-def propose(session: Session, principal: Principal, data: ContractCreate) -> Contract:
+def propose(session: Session, principal: Principal, data: ContractCreate) -> Row[Any]:
     if principal.participant_id is None:
         raise InvalidInput("an admin cannot propose a contract; apply a contract file instead")
-    partner = participants.get_by_name(session, data.partner)
+    partner = repository.partner_and_live_contract(session, principal.participant_id, data.partner)
     if partner is None:
         raise InvalidInput(f"unknown partner {data.partner!r}", field="partner")
     if partner.id == principal.participant_id:
         raise InvalidInput("a contract needs two parties; you named yourself", field="partner")
-    existing = repository.live_between(session, principal.participant_id, partner.id)
-    if existing is not None:
+    if partner.live_id is not None:
         raise Conflict(
-            f"you and {partner.name} already have contract {existing.id} ({existing.status.value})",
+            f"you and {partner.name} already have contract {partner.live_id} "
+            f"({partner.live_status.value})",
             field="partner",
         )
-    now = utcnow()
-    contract = Contract(
-        proposer_id=principal.participant_id,
-        partner_id=partner.id,
-        status=ContractStatus.proposed,
-        terms_author_id=principal.participant_id,
+    values = _terms_values(data, utcnow())
+    contract = repository.insert_row(
+        session,
+        {
+            "proposer_id": principal.participant_id,
+            "partner_id": partner.id,
+            "status": ContractStatus.proposed,
+            "terms_author_id": principal.participant_id,
+            **values,
+        },
     )
-    _apply_terms(contract, data, now)
-    session.add(contract)
-    session.flush()
     _log(session, contract, "proposed", principal, principal.actor)
     return contract
 
@@ -240,19 +254,37 @@ def list_for(
 ) -> list[Row[Any]]:
     """A page of the caller's contracts by id, as rows to answer with; those past their term
     are expired first."""
-    for contract in repository.due_to_expire(session, principal.participant_id, utcnow()):
-        expire_if_due(session, contract)
+    now = utcnow()
+    page = repository.page_rows(
+        session, principal.participant_id, now, status=status, after_id=after_id, limit=limit
+    )
+    # The page says whether anything is due; an empty page cannot, so it asks.
+    if page and not page[0].any_due:
+        return page
+    due = repository.due_to_expire(session, principal.participant_id, now)
+    if not due:
+        return page
+    for contract in due:
+        expire_if_due(session, contract, now)
     return repository.page_rows(
-        session, principal.participant_id, status=status, after_id=after_id, limit=limit
+        session, principal.participant_id, now, status=status, after_id=after_id, limit=limit
     )
 
 
 def _decide(
     session: Session, principal: Principal, contract_id: int, action: Action, version: int
-) -> tuple[Contract, ContractStatus]:
-    """Check that ``action`` is allowed now; the caller applies the returned status."""
-    contract = get_visible(session, principal, contract_id, for_update=True)
-    if expire_if_due(session, contract):
+) -> tuple[Row[Any], ContractStatus]:
+    """Check that ``action`` is allowed now; the caller writes the returned status
+    (``repository.update_row``). The contract is read locked, as a row: the decision only
+    reads it (``get_visible``'s rule for who may see it)."""
+    contract = repository.get_row(session, contract_id, for_update=True)
+    if contract is None or (
+        not principal.is_admin
+        and principal.participant_id not in (contract.proposer_id, contract.partner_id)
+    ):
+        raise NotFound(f"contract {contract_id} not found", field="id")
+    if is_due_to_expire(_state(contract), utcnow()):
+        expire_if_due(session, get_visible(session, principal, contract_id, for_update=True))
         raise Conflict(f"the contract expired at {contract.ends_at.isoformat()}", field="status")
     new_status = next_status(
         _state(contract), action, actor_id=principal.participant_id, sent_version=version
@@ -262,32 +294,33 @@ def _decide(
 
 def counter(
     session: Session, principal: Principal, contract_id: int, data: ContractCounter
-) -> Contract:
+) -> Row[Any]:
     contract, new_status = _decide(session, principal, contract_id, Action.counter, data.version)
     terms = _merged_terms(contract, data)
-    contract.status = new_status
-    _apply_terms(contract, terms, utcnow())
-    contract.terms_author_id = principal.participant_id
-    session.flush()
-    _log(session, contract, "countered", principal, principal.actor)
-    return contract
+    now = utcnow()
+    values = {
+        "status": new_status,
+        **_terms_values(terms, now),
+        "terms_author_id": principal.participant_id,
+    }
+    written = repository.update_row(session, contract, values, now)
+    _log(session, written, "countered", principal, principal.actor)
+    return written
 
 
-def accept(session: Session, principal: Principal, contract_id: int, version: int) -> Contract:
+def accept(session: Session, principal: Principal, contract_id: int, version: int) -> Row[Any]:
     contract, new_status = _decide(session, principal, contract_id, Action.accept, version)
-    contract.status = new_status
-    session.flush()
-    _log(session, contract, "accepted", principal, principal.actor)
-    return contract
+    written = repository.update_row(session, contract, {"status": new_status}, utcnow())
+    _log(session, written, "accepted", principal, principal.actor)
+    return written
 
 
-def reject(session: Session, principal: Principal, contract_id: int, version: int) -> Contract:
+def reject(session: Session, principal: Principal, contract_id: int, version: int) -> Row[Any]:
     contract, new_status = _decide(session, principal, contract_id, Action.reject, version)
-    contract.status = new_status
-    contract.ended_at = utcnow()
-    session.flush()
-    _log(session, contract, "rejected", principal, principal.actor)
-    return contract
+    now = utcnow()
+    written = repository.update_row(session, contract, {"status": new_status, "ended_at": now}, now)
+    _log(session, written, "rejected", principal, principal.actor)
+    return written
 
 
 _OPEN_OFFERS = select(Offer).where(
@@ -295,7 +328,7 @@ _OPEN_OFFERS = select(Offer).where(
 )
 
 
-def terminate(session: Session, principal: Principal, contract_id: int, version: int) -> Contract:
+def terminate(session: Session, principal: Principal, contract_id: int, version: int) -> Row[Any]:
     """End an active contract: no future moves under it, open offers withdrawn, ledger settled."""
     from app.movements.payments import accrue_contract
 
@@ -303,33 +336,36 @@ def terminate(session: Session, principal: Principal, contract_id: int, version:
     now = utcnow()
     # Charge hosting up to this instant while the contract is still active, then settle. All
     # queries come first, so the contract row changes once and its version rises by one.
-    accrue_contract(session, contract, now)
+    accrue_contract(session, contract.id, now)
     settled = _settle(session, contract)
     open_offers = list(session.scalars(_OPEN_OFFERS, {"contract_id": contract.id}))
     for offer in open_offers:
         offer.status = OfferStatus.withdrawn
         offer.decided_at = now
-    contract.status = new_status
-    contract.ended_at = now
-    contract.settled_amount = settled
-    session.flush()
-    _log(
+    # The offers' and the settlement's changes are flushed by this statement's autoflush.
+    written = repository.update_row(
         session,
         contract,
+        {"status": new_status, "ended_at": now, "settled_amount": settled},
+        now,
+    )
+    _log(
+        session,
+        written,
         "terminated",
         principal if not principal.is_admin else None,
         principal.actor,
     )
-    return contract
+    return written
 
 
 # Hosting a task and hosting a replica are both paid load: both count in balances and settle.
 PAYMENT_KINDS = ("accrual", "replica")
 
 
-def _settle(session: Session, contract: Contract) -> float:
+def _settle(session: Session, contract: ContractView) -> float:
     """Net the accrued payments between the two parties into one settlement entry."""
-    a, b = contract.parties()
+    a, b = contract.proposer_id, contract.partner_id
     owed_by_a = sum(
         e.amount if e.payer_id == a else -e.amount
         for e in repository.ledger(session, contract.id)

@@ -9,7 +9,6 @@ from sqlalchemy.orm import Session
 
 from app.models import (
     MARKET_REASONS,
-    Contract,
     LedgerEntry,
     Movement,
     MovementStatus,
@@ -81,9 +80,10 @@ _MOVED_UNDER = (
 _REPLICAS = select(Replica).order_by(Replica.id)
 
 
-def accrue_contract(session: Session, contract: Contract, now: datetime) -> None:
-    """Bring the ledger of ``contract`` up to ``now`` (before it is terminated and settled)."""
-    task_ids = session.scalars(_MOVED_UNDER, {"contract_id": contract.id})
+def accrue_contract(session: Session, contract_id: int, now: datetime) -> None:
+    """Bring the ledger of contract ``contract_id`` up to ``now`` (before it is terminated and
+    settled)."""
+    task_ids = session.scalars(_MOVED_UNDER, {"contract_id": contract_id})
     for task_id in sorted(task_ids):
         task = session.get(Task, task_id)
         if task is not None:
@@ -91,7 +91,7 @@ def accrue_contract(session: Session, contract: Contract, now: datetime) -> None
     for replica in session.scalars(_REPLICAS):
         task = session.get(Task, replica.task_id)
         hops = replicas.paid_hops(replica, task.owner_id) if task is not None else []
-        if any(hop.contract_id == contract.id for hop in hops):
+        if any(hop.contract_id == contract_id for hop in hops):
             replicas.accrue(session, replica, now)
 
 

@@ -17,9 +17,10 @@ price. Reservations are kept in the offer's ``detail`` and never shown to the ot
 from __future__ import annotations
 
 import functools
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
-from sqlalchemy import Select, bindparam, or_, select
+from sqlalchemy import Row, Select, Table, bindparam, or_, select
 from sqlalchemy.orm import Session
 
 from app.audit import service as audit
@@ -404,32 +405,42 @@ def list_for(
     *,
     after_id: int | None = None,
     limit: int | None = None,
-) -> list[Offer]:
-    """Offers the caller made or received (all for an admin) by id, a page from ``after_id``."""
+) -> list[Row[Any]]:
+    """Offers the caller made or received (all for an admin) by id, a page from ``after_id``,
+    as rows of the offers table to answer with (``to_read``): loading ORM objects that are
+    only read once cost more CPU than the statement (``bench/api/README.md``)."""
     party = principal.participant_id
     query = _page(party is not None, status is not None, after_id is not None, limit is not None)
     values = {"party": party, "status": status, "after_id": after_id, "limit": limit}
-    return list(session.scalars(query, {k: v for k, v in values.items() if v is not None}))
+    return list(session.execute(query, {k: v for k, v in values.items() if v is not None}))
+
+
+_OFFERS = cast(Table, Offer.__table__)
 
 
 @functools.cache
 def _page(of_party: bool, by_status: bool, after: bool, limited: bool) -> Select[Any]:
     """The page query for one combination of filters, built the first time it is asked for:
     every list of offers runs one, and building it cost more CPU than running it."""
-    query = select(Offer)
+    query = select(_OFFERS)
+    columns = _OFFERS.c
     if of_party:
         query = query.where(
-            or_(Offer.from_id == bindparam("party"), Offer.to_id == bindparam("party"))
+            or_(columns.from_id == bindparam("party"), columns.to_id == bindparam("party"))
         )
     if by_status:
-        query = query.where(Offer.status == bindparam("status"))
+        query = query.where(columns.status == bindparam("status"))
     if after:  # keyset: the rows after the last one the client saw (app/db/keyset.py)
-        query = query.where(Offer.id > bindparam("after_id"))
-    query = query.order_by(Offer.id)
+        query = query.where(columns.id > bindparam("after_id"))
+    query = query.order_by(columns.id)
     return query.limit(bindparam("limit")) if limited else query
 
 
-def to_read(session: Session, offers: list[Offer]) -> list[OfferRead]:
+# An offer to answer with: the ORM object, or a row of the offers table (``list_for``).
+OfferView = Offer | Row[Any]
+
+
+def to_read(session: Session, offers: Sequence[OfferView]) -> list[OfferRead]:
     task_ids = {tid for o in offers for tid in o.task_ids}
     task_ids |= {tid for o in offers for tid in o.detail.get("replica_task_ids", [])}
     names: dict[int, str] = {}
@@ -467,7 +478,7 @@ def to_read(session: Session, offers: list[Offer]) -> list[OfferRead]:
     ]
 
 
-def _agreed(offer: Offer) -> float | None:
+def _agreed(offer: OfferView) -> float | None:
     """The price the offer's accepted tasks moved at (offers accepted before reservations
     existed recorded none: theirs was the offered price)."""
     if offer.status not in (OfferStatus.accepted, OfferStatus.partially_accepted):

@@ -27,7 +27,6 @@ STATEMENTS: dict[str, Any] = {
     "a contract by id, as a row": contracts._ROW_BY_ID,
     "a page of contracts, as rows": contracts._page(True, True, True, True, rows=True),
     "a page of offers": offers._page(True, True, True, True),
-    "a contract event": contract_service._INSERT_EVENT,
     "a contract's open offers": contract_service._OPEN_OFFERS,
     "tasks moved under a contract": payments._MOVED_UNDER,
     "participant by key": participants._BY_KEY_HASH,
@@ -35,6 +34,9 @@ STATEMENTS: dict[str, Any] = {
     "names by id": participants._NAMES_BY_ID,
     "audit head": sealing._TOUCH[True, False],
     "audit entries at once": sealing._write_at_once(2, 3),
+    "audit entries with a contract event": sealing._write_at_once(
+        1, 2, ((contract_service._EVENTS, ("contract_id", "version", "at")),)
+    ),
 }
 
 
