@@ -90,13 +90,45 @@ from spark_jobs.runtime.host import (
     unpack_directory,
 )
 from spark_jobs.runtime.soutput import SOutput
-from spark_jobs.runtime.sunion import UNREACHABLE, TimedClient
+from spark_jobs.runtime.sunion import ANSWERED_WITH_ERROR, UNREACHABLE, TimedClient
 from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient
 
 # Borealis: the budget is 0.9 of the maximum incremental delay, the rest is for processing.
 BUDGET_SHARE = 0.9
 # The heal check's Flight calls: a cut input must not stall the poller.
 CALL_TIMEOUT_S = 0.5
+
+
+class InputCutOff(Exception):
+    """None of an input's logs answered."""
+
+
+def input_boundary(ref: StreamRef, timeout_s: float | None = None) -> int | None:
+    """The furthest boundary among ``ref``'s logs that answer: its own and its active copies'
+    (every copy writes the same stable buckets, and the redo's SUnion reads whichever holds
+    them, so a node whose inputs' copies are reachable has healed even while an input's own
+    log is still cut off). An alternate that answers with an error (its log has not begun)
+    is passed over; the input's own log's error is raised. InputCutOff when none answers."""
+    answered, furthest = False, None
+    for source, alternate in ((ref, False), *((a, True) for a in ref.alternates)):
+        client = TimedClient(source.location, CALL_TIMEOUT_S if timeout_s is None else timeout_s)
+        try:
+            boundary = client.info(source.stream)["boundary"]
+        except UNREACHABLE:
+            continue
+        except ANSWERED_WITH_ERROR:
+            if not alternate:
+                raise
+            continue
+        finally:
+            client.close()
+        answered = True
+        if boundary is not None:
+            furthest = int(boundary) if furthest is None else max(furthest, int(boundary))
+    if not answered:
+        raise InputCutOff(f"no log of {ref.stream} answered ({ref.location} and its copies)")
+    return furthest
+
 
 DPC_SCHEMA = pa.schema(
     [
@@ -825,18 +857,17 @@ class DPCFragment:
         checkpoint, end = self.sink.checkpoint, self.sink.processed_end
         if self.sink.state is not NodeState.UP_FAILURE or checkpoint is None or end is None:
             return False
-        names = [f"{i.location}/{i.stream}" for i in self.spec.inputs]
+        # The inputs as the agent keeps them (their active copies placed since the start).
+        running = self.runtime.running_spec(self.spec.name)
+        inputs = (running or self.spec).inputs
+        names = [f"{i.location}/{i.stream}" for i in inputs]
         bucket_ms = round(self.spec.bucket_seconds * 1000)
         rules = SUnion(names, bucket_ms=bucket_ms, delay_budget_ms=self.settings.delay_budget_ms)
-        for name, ref in zip(names, self.spec.inputs, strict=True):
-            client = TimedClient(ref.location, CALL_TIMEOUT_S)
+        for name, ref in zip(names, inputs, strict=True):
             try:
-                boundary = client.info(ref.stream)["boundary"]
-            except UNREACHABLE:
-                # Still cut off: not healed (the next poll asks again).
-                return False
-            finally:
-                client.close()
+                boundary = input_boundary(ref)
+            except InputCutOff:
+                return False  # still cut off: not healed (the next poll asks again)
             if boundary is not None:
                 rules.receive(name, Message.boundary(int(boundary) * bucket_ms))
         return all(rules.stable_ready(b) for b in range(checkpoint.next_bucket, end))

@@ -9,11 +9,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 
+import pyarrow as pa
 import pytest
 
 from spark_jobs.fragments import CONNECTION_SCHEMA, distinct_port_counts
 from spark_jobs.generators import ConnectionGenerator, RateSchedule
 from spark_jobs.runtime import FragmentRuntime, FragmentSpec, StreamClient, StreamRef, StreamServer
+from spark_jobs.runtime.sunion import SUnionReader
 
 BUCKET = 1.0
 
@@ -94,3 +96,13 @@ def run_reference(
 def rows(table) -> list[tuple]:
     """A log's rows as sorted tuples: equal lists mean nothing lost and nothing duplicated."""
     return sorted(tuple(r.values()) for r in table.to_pylist())
+
+
+def sorted_rows(table: pa.Table) -> list[tuple]:
+    return sorted(tuple(r.values()) for r in table.to_pylist())
+
+
+def reader_rows(reader: SUnionReader, start: dict[str, int], end: dict[str, int]) -> pa.Table:
+    """What a SUnion reader driven directly (no Spark) gives for the offsets [start, end)."""
+    batches = [b for part in reader.partitions(start, end) for b in reader.read(part)]
+    return pa.Table.from_batches(batches).select(CONNECTION_SCHEMA.names)

@@ -25,8 +25,10 @@ from tests.integration.runtime.conftest import (
     GENERATOR,
     declare,
     ports_fragment,
+    reader_rows,
     rows,
     run_reference,
+    sorted_rows,
 )
 
 COPY = "up.out@T"
@@ -44,15 +46,6 @@ def replicated(servers, **extra) -> SUnionReader:
     # A short deadline: a cut-off primary costs each trigger this much at most.
     options = {"inputs": json.dumps(inputs), "consumer": "down", "call_timeout_ms": "300"}
     return SUnionReader({**options, **extra}, CONNECTION_SCHEMA)
-
-
-def rows_read(reader: SUnionReader, start: dict[str, int], end: dict[str, int]) -> pa.Table:
-    batches = [b for part in reader.partitions(start, end) for b in reader.read(part)]
-    return pa.Table.from_batches(batches).select(CONNECTION_SCHEMA.names)
-
-
-def sorted_rows(table: pa.Table) -> list[tuple]:
-    return sorted(tuple(r.values()) for r in table.to_pylist())
 
 
 @pytest.fixture
@@ -92,7 +85,7 @@ def test_a_bucket_complete_in_any_copy_is_released_and_read_from_it(servers, log
     assert end == {"bucket": first + 6}
     (part,) = reader.partitions(start, end)
     assert part.source == (servers["home"].location, COPY)
-    assert sorted_rows(rows_read(reader, start, end)) == sorted_rows(data)
+    assert sorted_rows(reader_rows(reader, start, end)) == sorted_rows(data)
     # Both sources keep what the fragment may read again, so both get its acknowledgement.
     reader.commit(end)
     assert primary.info("up.out")["acks"] == {"down": first + 6}
@@ -125,7 +118,7 @@ def test_a_primary_cut_off_is_passed_over_without_waiting_for_it(servers, logs, 
     start = reader.initialOffset()
     middle = reader.latestOffset(start, None)
     assert middle == {"bucket": first + 3}
-    head = rows_read(reader, start, middle)
+    head = reader_rows(reader, start, middle)
     reader.commit(middle)
     # The primary's host goes away; its copy goes on.
     primary.close()
@@ -134,7 +127,7 @@ def test_a_primary_cut_off_is_passed_over_without_waiting_for_it(servers, logs, 
     end = reader.latestOffset(middle, None)
     assert end == {"bucket": first + 6}
     assert not reader.reachable(servers["source"].location)
-    tail = rows_read(reader, middle, end)
+    tail = reader_rows(reader, middle, end)
     # Nothing lost, nothing read twice across the switch at the bucket edge.
     assert sorted_rows(pa.concat_tables([head, tail])) == sorted_rows(data)
     reader.commit(end)
@@ -164,7 +157,7 @@ def test_the_spool_fills_each_bucket_from_a_copy_that_holds_it(
     assert spool is not None
     location = servers["source"].location  # the input's name in the spool
     assert all(spool.has(location, "up.out", b) for b in range(first, first + 5))
-    assert sorted_rows(rows_read(reader, start, end)) == sorted_rows(data)
+    assert sorted_rows(reader_rows(reader, start, end)) == sorted_rows(data)
 
 
 def test_an_alternate_without_the_stream_yet_is_no_source_and_no_failure(
@@ -180,7 +173,7 @@ def test_an_alternate_without_the_stream_yet_is_no_source_and_no_failure(
     start = reader.initialOffset()
     middle = reader.latestOffset(start, None)
     assert middle == {"bucket": first + 2}
-    assert sorted_rows(rows_read(reader, start, middle)) == sorted_rows(GENERATOR.seconds(0, 2))
+    assert sorted_rows(reader_rows(reader, start, middle)) == sorted_rows(GENERATOR.seconds(0, 2))
     reader.commit(middle)  # no ack reaches a log that is not there, and none fails
     copy.declare(COPY, BUCKET)
     publish(copy, COPY, data, BUCKET)

@@ -28,8 +28,10 @@ from tests.integration.runtime.conftest import (
     GENERATOR,
     declare,
     ports_fragment,
+    reader_rows,
     rows,
     run_reference,
+    sorted_rows,
 )
 
 COPY = "up.out@T"
@@ -81,15 +83,6 @@ def list_alternates(listing: Path, listed: object) -> None:
     os.utime(listing, ns=(stamp, stamp))
 
 
-def sorted_rows(table: pa.Table) -> list[tuple]:
-    return sorted(tuple(r.values()) for r in table.to_pylist())
-
-
-def rows_read(reader: SUnionReader, start: dict[str, int], end: dict[str, int]) -> pa.Table:
-    batches = [b for part in reader.partitions(start, end) for b in reader.read(part)]
-    return pa.Table.from_batches(batches).select(CONNECTION_SCHEMA.names)
-
-
 def test_a_copy_listed_after_the_start_is_read_and_acknowledged(
     servers, primary, copy, reader, listing
 ):
@@ -101,7 +94,7 @@ def test_a_copy_listed_after_the_start_is_read_and_acknowledged(
     start = reader.initialOffset()
     middle = reader.latestOffset(start, None)
     assert middle == {"bucket": first + 2}
-    head = rows_read(reader, start, middle)
+    head = reader_rows(reader, start, middle)
     reader.commit(middle)
     assert copy.info(COPY)["acks"] == {}
 
@@ -111,7 +104,7 @@ def test_a_copy_listed_after_the_start_is_read_and_acknowledged(
     assert end == {"bucket": first + 6}
     (part,) = reader.partitions(middle, end)
     assert part.source == (servers["home"].location, COPY)
-    tail = rows_read(reader, middle, end)
+    tail = reader_rows(reader, middle, end)
     assert sorted_rows(pa.concat_tables([head, tail])) == sorted_rows(data)
     reader.commit(end)
     assert copy.info(COPY)["acks"] == {"down": first + 6}
