@@ -154,7 +154,12 @@ def _run(
     proxy: FaultProxy,
 ) -> dict[str, Any]:
     tokens = registry_tokens(admin)
-    o_at, copy_stream = location(admin, OWNER), PAIR.streams[HOLDER]
+    o_at: str = wait_until(
+        "O's agent to report its endpoint",
+        lambda: location(admin, OWNER),
+        options.startup_timeout_s,
+    )
+    copy_stream = PAIR.streams[HOLDER]
     p_stream, s_stream = output_stream(UPSTREAM), output_stream(DOWNSTREAM)
 
     def source_end() -> int:
