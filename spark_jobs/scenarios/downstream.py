@@ -23,7 +23,7 @@ the newest bucket O's log of O.p had closed means those buckets came from T's lo
 went on during the cut (its output boundary advanced, its acknowledged input passed O's
 standing boundary), O's log of O.p really stood still, O.s's output equals a failure-free run
 of the same chain over the same seeded input (nothing lost, nothing twice), T's copy stayed
-STABLE and agrees with O's log of O.p, and O's log caught up after the heal.
+STABLE, and O's log caught up after the heal.
 """
 
 from __future__ import annotations
@@ -49,7 +49,6 @@ from spark_jobs.scenarios.reference import check_rows, live_rows
 from spark_jobs.scenarios.replicas import (
     ReplicaSet,
     RunOptions,
-    compare_logs,
     dpc_state,
     location,
     scenario_federation,
@@ -251,10 +250,10 @@ def _run(
     ]
     tasks = {t["name"]: t for t in admin.tasks()}
     live = live_rows(o_at, s_stream, tokens)
-    p_boundary = boundary(o_at, p_stream)
-    logs = compare_logs(
-        (o_at, p_stream), (t_at, copy_stream), p_boundary, int(holder["replay_from"]), tokens
-    )
+    # No comparison of T's log with O's here (the partition scenario makes it): O.s
+    # acknowledges at both, so both drop what it has read, and O's drops the buckets read from
+    # T's as soon as S writes them. The output's comparison covers what O.s read from either.
+    o_log, t_log = _info(o_at, p_stream, tokens), _info(t_at, copy_stream, tokens)
     # The output is read: the agents stop, so that the reference run has the machine.
     fed.close(list(fed.agents))
     console.print("comparing O.s's output with a run of the chain without failures ...")
@@ -291,7 +290,10 @@ def _run(
         "replica_state": holder,
         "registry_replicas": registry_replicas,
         "output": comparison.as_dict(),
-        "log_boundaries": {OWNER: p_boundary, HOLDER: logs.boundary},
+        "upstream_logs": {
+            name: {k: info[k] for k in ("boundary", "first", "acks")}
+            for name, info in ((OWNER, o_log), (HOLDER, t_log))
+        },
         "proxy_stats": asdict(proxy.stats),
     }
     report["checks"] = {
@@ -303,7 +305,6 @@ def _run(
         "output_matches_reference": comparison.matches,
         "copy_stayed_stable": holder.get("state") == "STABLE"
         and int(holder.get("tentative_rows", 0)) == 0,
-        "replicas_agree": logs.agree,
         "primary_caught_up": caught_up is not None,
     }
     report["ok"] = all(report["checks"].values())
