@@ -34,8 +34,18 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     base: Path = tmp_path_factory.mktemp("downstream")
+    # Short: CI runs every test. The cut stays long beside O.s's trigger and batch times (T's
+    # log gains a bucket a second; O.s read 11 from it in a 10 s cut), and the heal is followed
+    # by the wait for O's log of O.p to catch up, not by a fixed pause.
     found = run_downstream(
-        DownstreamOptions(report_dir=base / "report", work=base / "work"), Console(stderr=True)
+        DownstreamOptions(
+            report_dir=base / "report",
+            work=base / "work",
+            fail_for_s=8.0,
+            before_cut_s=1.0,
+            after_heal_s=0.0,
+        ),
+        Console(stderr=True),
     )
     print(json.dumps({k: v for k, v in found.items() if k != "samples"}, default=str))
     return found
