@@ -9,7 +9,8 @@ a DPC copy in T's agent writing its own log ``O.p.out@T``. A fragment's output l
 owner's, so O keeps ``O.p.out`` and ``O.s.out``. The driver does what an owner would: O places
 the replica (``POST /v1/tasks/O.p/replicas``); only then does P's agent start, so that O.s's
 first spec already names T's copy among its input's sources (``TaskInputRead.active_copies``,
-``StreamRef.alternates``; a running fragment reads its spec once, at start).
+``StreamRef.alternates``): the run measures reading from a copy, not how soon a copy placed
+later reaches a running fragment (``FragmentRuntime.update_alternates``, tested on its own).
 
 The cut: S reaches O through a fault proxy of its own (``FEDLOAD_FAULT_ROUTES``), and the
 scenario drops that link. O.p's primary on S can neither read O.conns nor write its output, so
