@@ -236,11 +236,11 @@ def demo(
     scenario: str | None = typer.Option(
         None,
         "--scenario",
-        help="Run a high-availability scenario instead: partition, tentative or crash, through "
-        "the product (fedload serve and fedload agent processes with their own Spark; partition "
-        "and tentative cut real TCP links with a fault-injecting proxy, crash SIGKILLs a host "
-        "and fails over by gap, rollback and precise recovery); writes DIR/report.json and "
-        "exits non-zero when a check fails.",
+        help="Run a high-availability scenario instead: partition, tentative, crash or "
+        "downstream, through the product (fedload serve and fedload agent processes with their "
+        "own Spark; partition, tentative and downstream cut real TCP links with a "
+        "fault-injecting proxy, crash SIGKILLs a host and fails over by gap, rollback and "
+        "precise recovery); writes DIR/report.json and exits non-zero when a check fails.",
     ),
     quick: bool = typer.Option(
         False, "--quick", help="With --engine python: short timings (X = 2 s, 3.5 s failure)."
@@ -289,7 +289,12 @@ def demo(
 
 
 def _run_scenario(name: str, report: Path, quick: bool, engine: str = "agents") -> None:
-    through_agents = {"crash": _run_crash, "partition": _run_partition, "tentative": _run_tentative}
+    through_agents = {
+        "crash": _run_crash,
+        "partition": _run_partition,
+        "tentative": _run_tentative,
+        "downstream": _run_downstream,
+    }
     if name not in through_agents:
         console.print(
             f"[red]--scenario: unknown {name!r}; choose one of {', '.join(through_agents)}"
@@ -301,8 +306,11 @@ def _run_scenario(name: str, report: Path, quick: bool, engine: str = "agents") 
     if engine != "python":
         console.print(f"[red]--engine: unknown {engine!r}; choose agents or python")
         raise typer.Exit(2)
-    from spark_jobs.ha.scenarios import Timings, run
+    from spark_jobs.ha.scenarios import SCENARIOS, Timings, run
 
+    if name not in SCENARIOS:
+        console.print(f"[red]--engine python: no model of {name!r}; it runs with --engine agents")
+        raise typer.Exit(2)
     directory = report / name if report == Path("var/reports/demo") else report
     console.print(f"scenario {name} on the python model: starting nodes (reports in {directory})")
     # A scenario runs for a minute or more with nothing to print until its checks: show it lives.
@@ -348,6 +356,19 @@ def _run_tentative(report: Path) -> None:
     directory = report / "tentative" if report == Path("var/reports/demo") else report
     console.print(f"scenario tentative: fedload serve and agent processes (reports in {directory})")
     result = run_tentative(TentativeOptions(report_dir=directory), console)
+    if not result["ok"]:
+        raise typer.Exit(1)
+
+
+def _run_downstream(report: Path) -> None:
+    """The downstream scenario through the product: ``fedload serve`` and ``fedload agent``
+    processes, a fragment downstream of a replicated one reading the active copy while the
+    link from the primary's host to the owner's log is cut."""
+    from spark_jobs.scenarios.downstream import DownstreamOptions, run_downstream
+
+    directory = report / "downstream" if report == Path("var/reports/demo") else report
+    console.print(f"scenario downstream: serve and agent processes (reports in {directory})")
+    result = run_downstream(DownstreamOptions(report_dir=directory), console)
     if not result["ok"]:
         raise typer.Exit(1)
 

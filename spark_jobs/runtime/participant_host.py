@@ -104,9 +104,29 @@ FIRST_BATCHES = "first_batches.jsonl"
 # Crash tests pause an agent at a step of a move (FEDLOAD_FAULT_PAUSE=committed, say) and kill it
 # there; nothing else sets this.
 FAULT_PAUSE_ENV = "FEDLOAD_FAULT_PAUSE"
+# Scenarios reach a partner through a fault proxy of their own (FEDLOAD_FAULT_ROUTES=O=grpc://
+# 127.0.0.1:7001, say): cutting it cuts this agent's link to that partner alone, where an
+# advertised proxy would cut every link into the partner. Nothing else sets this.
+FAULT_ROUTES_ENV = "FEDLOAD_FAULT_ROUTES"
 # A warm copy given less than this to catch up (the movement's lease nearly gone) would only
 # delay the stop-and-copy move it falls back to.
 MIN_WARM_WINDOW_S = 3.0
+
+
+def fault_routes(text: str | None) -> dict[str, str]:
+    """``FEDLOAD_FAULT_ROUTES``'s ``NAME=LOCATION[,NAME=LOCATION...]``: the address this agent
+    uses for each named partner instead of the endpoint the registry reports."""
+    routes: dict[str, str] = {}
+    for entry in (text or "").split(","):
+        if not entry.strip():
+            continue
+        name, sep, location = (part.strip() for part in entry.partition("="))
+        if not sep or not name or not location:
+            raise ValueError(f"{FAULT_ROUTES_ENV}: {entry!r} is not NAME=LOCATION")
+        if name in routes:
+            raise ValueError(f"{FAULT_ROUTES_ENV}: {name} is routed twice")
+        routes[name] = location if "://" in location else f"grpc://{location}"
+    return routes
 
 
 class PausePoints:
@@ -206,6 +226,7 @@ class SparkParticipantHost:
         self._endpoints: dict[str, str] = {}
         self._warming: threading.Thread | None = None
         self._pause = PausePoints(self._data_dir, os.environ.get(FAULT_PAUSE_ENV))
+        self._routes = fault_routes(os.environ.get(FAULT_ROUTES_ENV))
         # Moves through a warm copy (spark_jobs.runtime.warm); a budget of 0 (the default)
         # moves by stop-and-copy.
         self._warm_budget = warm_budget()
@@ -483,6 +504,8 @@ class SparkParticipantHost:
     def _endpoint(self, participant: str) -> str | None:
         if participant == self.name:
             return self.endpoint
+        if participant in self._routes:
+            return self._routes[participant]
         if participant not in self._endpoints:
             try:
                 found = self._client.endpoint(participant)

@@ -5,7 +5,7 @@ condition the processes reach in their own time, and run a federation of `fedloa
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -34,13 +34,18 @@ def wait_until(what: str, check: Callable[[], Any], timeout: float, every: float
 
 
 @contextmanager
-def running(fed: ProcessFederation, console: Console) -> Iterator[FedloadClient]:
-    """Start the service and one agent per participant; yield the operator's client. When the
-    scenario fails, each agent's last log lines are printed (where the cause usually is)."""
+def running(
+    fed: ProcessFederation, console: Console, later: Collection[str] = ()
+) -> Iterator[FedloadClient]:
+    """Start the service and one agent per participant but those ``later`` names (the scenario
+    starts them itself, with ``fed.start_agent``: the registry judges no participant it never
+    heard from); yield the operator's client. When the scenario fails, each agent's last log
+    lines are printed (where the cause usually is)."""
     with fed:
         fed.start()
         for p in fed.doc.participants:
-            fed.start_agent(p.name)
+            if p.name not in later:
+                fed.start_agent(p.name)
         console.print(f"agents: {', '.join(f'{n} (pid {a.pid})' for n, a in fed.agents.items())}")
         admin = fed.admin()
         try:

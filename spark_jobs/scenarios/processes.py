@@ -53,13 +53,14 @@ def _python_env(extra: Mapping[str, str], placement: Placement | None = None) ->
 class Placement:
     """Where one process of the federation runs: its address, a command prefix that puts it on
     its host (``ip netns exec NS`` for a network namespace; empty: this machine), a fixed port
-    (a host of its own has every port free; None: a free one on loopback) and extra arguments
-    (an agent's ``--spark-master``, say)."""
+    (a host of its own has every port free; None: a free one on loopback), extra arguments
+    (an agent's ``--spark-master``, say) and extra environment (an agent's fault injection)."""
 
     address: str = LOOPBACK
     prefix: tuple[str, ...] = ()
     port: int | None = None
     args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -289,7 +290,8 @@ class ProcessFederation:
         previous = self.agents.get(name)
         if previous is not None:
             previous.kill()
-        agent = Managed(name, argv, _python_env(dict(env or {}), where), data / "agent.log")
+        extra = {**dict(where.env), **dict(env or {})}
+        agent = Managed(name, argv, _python_env(extra, where), data / "agent.log")
         self.agents[name] = agent.start()
         return agent
 

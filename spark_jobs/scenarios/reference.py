@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -40,38 +41,69 @@ def live_rows(location: str, stream: str, tokens: TokenSource | None = None) -> 
         return rows_of(client.read_table(stream))
 
 
+Upstream = tuple[str, Mapping[str, Any]]
+
+
 def reference_rows(
     spark: SparkSession,
     fragment: str,
     params: Mapping[str, Any],
     generator_params: Mapping[str, Any],
     seconds: int,
+    upstream: Upstream | None = None,
 ) -> list[Row]:
-    """``fragment`` run alone over the generator's first ``seconds`` seconds."""
+    """``fragment`` run alone over the generator's first ``seconds`` seconds; with ``upstream``
+    (a fragment and its parameters), over that fragment's output of them (a chain of two)."""
     server = StreamServer()
     with tempfile.TemporaryDirectory(prefix="fedload-reference-") as work:
         runtime = FragmentRuntime("reference", spark, Path(work), server=server)
         try:
             with StreamClient(server.location) as client:
-                client.declare("input", BUCKET_SECONDS)
-                client.declare("output", BUCKET_SECONDS)
+                for stream in ("input", "middle", "output"):
+                    client.declare(stream, BUCKET_SECONDS)
                 generator = generator_of(generator_params)
                 publish(client, "input", generator.seconds(0, seconds), BUCKET_SECONDS)
-            spec = FragmentSpec(
-                name="reference",
-                build=catalogue.build(fragment, params),
-                input_schema=catalogue.input_schema(catalogue.GENERATOR),
-                inputs=(StreamRef(server.location, "input"),),
-                output=StreamRef(server.location, "output"),
-                bucket_seconds=BUCKET_SECONDS,
-                trigger_seconds=0.1,
-                max_buckets_per_batch=1000,
-            )
-            runtime.start(spec, epoch=0).processAllAvailable()
-            runtime.stop("reference")
+            source, kind = "input", catalogue.GENERATOR
+            if upstream is not None:
+                _run_alone(runtime, server, upstream[0], upstream[1], (source, kind), "middle")
+                source, kind = "middle", upstream[0]
+            _run_alone(runtime, server, fragment, params, (source, kind), "output")
             return rows_of(server.log.table("output"))
         finally:
             runtime.close()
+
+
+def _run_alone(
+    runtime: FragmentRuntime,
+    server: StreamServer,
+    fragment: str,
+    params: Mapping[str, Any],
+    source: tuple[str, str],
+    output: str,
+) -> None:
+    """Run ``fragment`` over ``source`` (stream, the kind of fragment that wrote it) until it
+    has read everything, then stop it once its output's BOUNDARY stands still: a fragment read
+    next releases only buckets below that boundary, which the runtime sends after each batch
+    from Spark's listener thread, a little after processAllAvailable returns."""
+    spec = FragmentSpec(
+        name=f"reference-{output}",
+        build=catalogue.build(fragment, params),
+        input_schema=catalogue.input_schema(source[1]),
+        inputs=(StreamRef(server.location, source[0]),),
+        output=StreamRef(server.location, output),
+        bucket_seconds=BUCKET_SECONDS,
+        trigger_seconds=0.1,
+        max_buckets_per_batch=1000,
+    )
+    runtime.start(spec, epoch=0).processAllAvailable()
+    last: Any = None
+    for _ in range(50):
+        boundary = server.log.info(output)["boundary"]
+        if boundary is not None and boundary == last:
+            break
+        last = boundary
+        time.sleep(0.2)
+    runtime.stop(spec.name)
 
 
 @dataclass(frozen=True)
@@ -135,11 +167,13 @@ def check_rows(
     generator_params: Mapping[str, Any],
     *,
     references: dict[str, Any] | None = None,
+    upstream: Upstream | None = None,
 ) -> Comparison:
     """``check_fragment`` on output rows read before (the agents may be stopped meanwhile, so
     the reference runs do not compete with them for the machine). ``references``: a cache the
     caller keeps across calls, so that tasks running the same fragment over the same input
-    share one reference run (each costs a Spark query over the whole input)."""
+    share one reference run (each costs a Spark query over the whole input). ``upstream``: the
+    task reads that fragment's output of the generator, not the generator's (a chain)."""
     params = task.get("params") or {}
     defaults = catalogue.PARAMETERS[task["fragment"]]
     window = int(params.get("window_seconds", defaults.get("window_seconds", 10)))
@@ -150,14 +184,25 @@ def check_rows(
     epoch = generator_of(generator_params).epoch
     aware = cutoff if cutoff.tzinfo is not None else cutoff.replace(tzinfo=UTC)
     seconds = int((aware - epoch).total_seconds()) + 2 * window + 2
+    if upstream is not None:
+        # The upstream's last windows wait in its state for the watermark to pass them.
+        above = catalogue.PARAMETERS[upstream[0]]
+        seconds += 2 * int(upstream[1].get("window_seconds", above.get("window_seconds", 10))) + 2
     if references is None:
-        reference = reference_rows(spark, task["fragment"], params, generator_params, seconds)
+        reference = reference_rows(
+            spark, task["fragment"], params, generator_params, seconds, upstream
+        )
         return compare(live, reference, cutoff)
-    key = json.dumps([task["fragment"], params, generator_params], sort_keys=True, default=str)
+    key = json.dumps(
+        [task["fragment"], params, generator_params, upstream], sort_keys=True, default=str
+    )
     cached = references.get(key)
     if cached is None or cached[0] < seconds:
         # A few windows more than asked: the next task's output usually ends a little later.
         longer = seconds + 4 * window
-        cached = (longer, reference_rows(spark, task["fragment"], params, generator_params, longer))
+        cached = (
+            longer,
+            reference_rows(spark, task["fragment"], params, generator_params, longer, upstream),
+        )
         references[key] = cached
     return compare(live, cached[1], cutoff)
