@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from pyspark.sql import SparkSession
 from rich.console import Console
 
 from app.dataplane.streams import output_stream
@@ -118,7 +119,11 @@ def downstream_evidence(samples: list[Sample], at_cut: Sample) -> dict[str, Any]
     }
 
 
-def run_downstream(options: DownstreamOptions, console: Console | None = None) -> dict[str, Any]:
+def run_downstream(
+    options: DownstreamOptions, console: Console | None = None, spark: SparkSession | None = None
+) -> dict[str, Any]:
+    """``spark``: the session for the reference run (a test's shared one, which this leaves
+    running); None: one of its own, stopped at the end."""
     console = console or Console()
     # S's own route to O crosses this proxy; every other link into O stays direct.
     o_port = free_port()
@@ -135,7 +140,7 @@ def run_downstream(options: DownstreamOptions, console: Console | None = None) -
     fed = scenario_federation(load_federation(FEDERATION), options, placements, "downstream")
     try:
         with running(fed, console, later=(CONSUMER,)) as admin:
-            return _run(options, console, fed, admin, proxy)
+            return _run(options, console, fed, admin, proxy, spark)
     finally:
         # Only now: S's calls to O cross the proxy until its agent has stopped.
         proxy.close()
@@ -152,6 +157,7 @@ def _run(
     fed: ProcessFederation,
     admin: FedloadClient,
     proxy: FaultProxy,
+    spark: SparkSession | None,
 ) -> dict[str, Any]:
     tokens = registry_tokens(admin)
     o_at: str = wait_until(
@@ -258,7 +264,9 @@ def _run(
     # The output is read: the agents stop, so that the reference run has the machine.
     fed.close(list(fed.agents))
     console.print("comparing O.s's output with a run of the chain without failures ...")
-    session = build_session(app_name="fedload-downstream-reference", master="local[1]")
+    # Stopping a session this process shares (getOrCreate hands back a test run's) would stop
+    # it for everything after: seen in CI, every later test on the shared session failed.
+    session = spark or build_session(app_name="fedload-downstream-reference", master="local[1]")
     try:
         upstream = tasks[UPSTREAM]
         comparison = check_rows(
@@ -269,7 +277,8 @@ def _run(
             upstream=(str(upstream["fragment"]), upstream["params"]),
         )
     finally:
-        session.stop()
+        if spark is None:
+            session.stop()
     evidence = downstream_evidence(samples, at_cut)
 
     def ms(at: float | None) -> int | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import SparkSession
 from rich.console import Console
 
 from spark_jobs.scenarios.downstream import (
@@ -32,7 +33,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def report(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> dict[str, Any]:
     base: Path = tmp_path_factory.mktemp("downstream")
     # Short: CI runs every test. The cut stays long beside O.s's trigger and batch times: T's
     # log gains a bucket a second, and O.s's output trails what it acknowledged by a few (an
@@ -47,6 +48,8 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             after_heal_s=0.0,
         ),
         Console(stderr=True),
+        # The test run's session: the scenario must not stop it (later tests share it).
+        spark=spark,
     )
     print(json.dumps({k: v for k, v in found.items() if k != "samples"}, default=str))
     return found
@@ -79,3 +82,10 @@ def test_the_copy_stayed_stable_and_the_primary_caught_up(report) -> None:
     assert {OWNER, PRIMARY, HOLDER, CONSUMER, "service"} <= set(processes)
     assert len(set(processes.values())) == len(processes)
     assert report["ok"], report["checks"]
+
+
+def test_the_test_runs_spark_session_outlives_the_scenario(report, spark: SparkSession) -> None:
+    """The scenario's reference ran on the shared session and left it running: every later
+    test in this process uses it (stopped once, and each of them failed)."""
+    assert report["checks"]["output_matches_reference"]
+    assert spark.range(3).count() == 3
