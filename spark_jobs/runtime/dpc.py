@@ -348,6 +348,14 @@ class QuerySink(SOutput):
         return written
 
 
+def _drain(batch: DataFrame) -> None:
+    """Run a batch whose rows are not wanted. Spark 4 checks that every state store of a
+    stateful batch committed, and fails the query otherwise (STATE_STORE_COMMIT_VALIDATION_FAILED,
+    seen on an aborted redo at load 17): a batch left unread is a query that dies, not one
+    that skips."""
+    batch.write.format("noop").mode("append").save()
+
+
 @dataclass(frozen=True)
 class _Pending:
     """A redo batch held back until the switch."""
@@ -521,6 +529,7 @@ class DPCOutput(SOutput):
                 return self._hold(self.redo, batch, batch_id)
             if sink is not self.serving:
                 # A late batch of a query that no longer serves (stopped at the switch).
+                _drain(batch)
                 return False
             written = self._serve(batch, batch_id)
             self._persist()
@@ -593,6 +602,7 @@ class DPCOutput(SOutput):
         if end is not None and "tentative_from" in end:
             redo.aborted = True
         if redo.aborted:
+            _drain(batch)
             return False
         table = batch.toArrow()
         rows, by_key = _rows(table)
