@@ -243,6 +243,23 @@ def offset_entry(checkpoint_dir: Path, batch_id: int) -> dict[str, Any] | None:
     return entry
 
 
+# An acknowledgement limit below any bucket: acknowledgements only grow, so it stops them
+# where they stand.
+NO_FURTHER_ACKS = -(2**62)
+
+
+def redo_reads_from(start: dict[str, Any] | None) -> int:
+    """Where a redo from the checkpoint packed before a batch reads again: that batch's start
+    (the previous batch's end offset), not its first tentative bucket. A batch holds several
+    buckets once they are shorter than a trigger (five or more at 100 ms), and acknowledging up
+    to the first tentative one let the logs trim the batch's stable buckets the redo needs
+    (seen at 100 ms buckets: "buckets below N were acknowledged", the redo query dead). For the
+    first batch (no previous offset) acknowledgements stop where they stand."""
+    if start is None or "bucket" not in start:
+        return NO_FURTHER_ACKS
+    return int(start["bucket"])
+
+
 def _micros(value: Any) -> int:
     if isinstance(value, datetime):
         return round(value.timestamp() * 1_000_000)
@@ -548,7 +565,7 @@ class DPCOutput(SOutput):
             self.checkpoint = Checkpoint(first, (batch_id, packed))
             if self.store is not None:
                 self.store.save_checkpoint(packed)
-                self.store.limit_acks(first)
+                self.store.limit_acks(redo_reads_from(start))
         if tentative_input:
             self.tentative_batches += 1
             self._fire(NodeEvent.TENTATIVE_INPUT)

@@ -919,6 +919,11 @@ def _two_copies(
             ],
             "redo_failures": state.get("redo_failures"),
             "permits_lost": state.get("permits_lost"),
+            # Where a reconciliation's time goes: the redo waiting for the serving query
+            # (``DPCFragment.yield_redo``), and the delay budget the copy ran with.
+            "redo_paused_s": state.get("redo_paused_s"),
+            "budget_ms": state.get("budget_ms"),
+            "min_budget_ms": state.get("min_budget_ms"),
             "tentative_rows": int(state.get("tentative_rows", 0)),
             "tentative_buckets": len(tentative),
             "undos": int(state.get("undos", 0)),
