@@ -88,6 +88,9 @@ class AgentOptions:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_ca: Path | None = None
+    # The federation's boundary interval (every agent of it the same): a source closes a bucket
+    # this often, and logs and windows count in it.
+    bucket_seconds: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -300,6 +303,13 @@ def agent_command(host_factory: Callable[[], HostFactory]) -> Callable[..., None
         offer_interval: float = typer.Option(7.0, help="Seconds between offers (Borealis: 7 s)."),
         hysteresis: float = typer.Option(0.01, help="Price band against flip-flop moves."),
         ticks: int = typer.Option(0, help="Stop after this many intervals (0: until stopped)."),
+        bucket_seconds: float = typer.Option(
+            1.0,
+            "--bucket-seconds",
+            envvar="FEDLOAD_BUCKET_SECONDS",
+            help="Boundary interval of the federation's streams, dividing a second (Borealis: "
+            "0.1); every agent of a federation must use the same.",
+        ),
         tls_cert: Path | None = typer.Option(
             None,
             "--tls-cert",
@@ -347,6 +357,13 @@ def agent_command(host_factory: Callable[[], HostFactory]) -> Callable[..., None
         for flag, given in (("--tls-cert", tls_cert), ("--tls-key", tls_key), ("--tls-ca", tls_ca)):
             if given is not None and not given.is_file():
                 raise typer.BadParameter(f"{given} is no file", param_hint=flag)
+        count = round(1.0 / bucket_seconds) if bucket_seconds > 0 else 0
+        if not 0.01 <= bucket_seconds <= 1.0 or abs(count * bucket_seconds - 1.0) > 1e-9:
+            raise typer.BadParameter(
+                f"{bucket_seconds} does not divide one second into buckets of at least 10 ms "
+                "(e.g. 0.1, 0.2, 0.25, 0.5, 1)",
+                param_hint="--bucket-seconds",
+            )
         # Now, in one line, rather than after contacting the service and starting the host.
         ensure_free_port(listen_host, listen_port, "--listen")
         model = None
@@ -376,6 +393,7 @@ def agent_command(host_factory: Callable[[], HostFactory]) -> Callable[..., None
             tls_cert=tls_cert,
             tls_key=tls_key,
             tls_ca=tls_ca,
+            bucket_seconds=bucket_seconds,
         )
         raise typer.Exit(run_agent(options, host_factory()))
 

@@ -17,6 +17,9 @@ grant to the UNDO, grant -> STABLE again), corrections, whether its corrected lo
     PYSPARK_PYTHON=$PWD/.venv/bin/python SPARK_LOCAL_IP=127.0.0.1 \\
       flock /tmp/fedload-heavy.lock .venv/bin/python -m bench.ha.agents_failures \\
       [--failures 2 8 15] [--rates 30 1000] [--json FILE] [--append] [--workdir DIR]
+
+The Borealis harness's settings (three input streams, boundaries every 100 ms, X = 3 s) are
+``--streams 3 --bucket-seconds 0.1 --max-delay 3``; ``--repeat N`` runs each point N times.
 """
 
 from __future__ import annotations
@@ -69,7 +72,8 @@ def summarize_copy(report: dict[str, Any], holder: str) -> dict[str, Any]:
     intervals = report["permit_intervals"] if isinstance(report["permit_intervals"], list) else []
     mine = [i for i in intervals if i["replica"] == holder and i["granted_ms"] >= heal_at]
     added = copy["max_added_latency_ms"]
-    limit_ms = int(report["max_delay_ms"]) + LATENCY_SLACK_S * 1000
+    slack_ms = int(report.get("latency_slack_ms", LATENCY_SLACK_S * 1000))
+    limit_ms = int(report["max_delay_ms"]) + slack_ms
     return {
         "went_tentative": bool(went),
         "cut_to_up_failure_ms": _after(went[0], failure_at) if went else None,
@@ -99,6 +103,10 @@ def summarize_copy(report: dict[str, Any], holder: str) -> dict[str, Any]:
         "log_rows_compared": int(copy["log_rows_compared"]),
         "permits_lost": copy["permits_lost"],
         "redo_failures": copy["redo_failures"],
+        # Reports before s26: None.
+        "redo_paused_s": copy.get("redo_paused_s"),
+        "budget_ms": copy.get("budget_ms"),
+        "min_budget_ms": copy.get("min_budget_ms"),
     }
 
 
@@ -127,9 +135,14 @@ def summarize(report: dict[str, Any], fail_for_s: float) -> dict[str, Any]:
 
 
 def one_run(
-    fail_for_s: float, rate: int, args: argparse.Namespace, work: Path, console: Console
+    fail_for_s: float,
+    rate: int,
+    repeat: int,
+    args: argparse.Namespace,
+    work: Path,
+    console: Console,
 ) -> dict[str, Any]:
-    base = work / f"rate-{rate}-fail-{fail_for_s:g}s"
+    base = work / f"rate-{rate}-fail-{fail_for_s:g}s-{repeat}"
     options = TentativeOptions(
         report_dir=base / "report",
         work=base / "work",
@@ -137,11 +150,16 @@ def one_run(
         reconcile_timeout_s=args.reconcile_timeout,
         settle_without_tentative=True,
         source_rate=rate,
+        streams=args.streams,
+        bucket_seconds=args.bucket_seconds,
+        max_delay_s=args.max_delay,
     )
     began, load_before = time.time(), os.getloadavg()
     result: dict[str, Any] = {
         "fail_for_s": fail_for_s,
         "rows_per_second_per_source": rate,
+        "settings": settings_of(args),
+        "repeat": repeat,
         "started_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S"),
     }
     try:
@@ -158,9 +176,32 @@ def one_run(
     return result
 
 
-def _run_key(run: dict[str, Any]) -> tuple[int, float]:
+# Runs from before these were knobs ran at the federation file's settings.
+FILE_SETTINGS = {"streams": 2, "bucket_seconds": 1.0, "max_delay_s": 5.0}
+
+
+def settings_of(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "streams": args.streams,
+        "bucket_seconds": args.bucket_seconds,
+        "max_delay_s": FILE_SETTINGS["max_delay_s"] if args.max_delay is None else args.max_delay,
+    }
+
+
+RunKey = tuple[int, float, float, float, int, float]
+
+
+def _run_key(run: dict[str, Any]) -> RunKey:
     # Runs from before the rate was a knob ran at the federation file's rate.
-    return int(run.get("rows_per_second_per_source", DEFAULT_RATE)), float(run["fail_for_s"])
+    settings = run.get("settings", FILE_SETTINGS)
+    return (
+        int(settings["streams"]),
+        float(settings["bucket_seconds"]),
+        float(settings["max_delay_s"]),
+        int(run.get("rows_per_second_per_source", DEFAULT_RATE)),
+        int(run.get("repeat", 0)),
+        float(run["fail_for_s"]),
+    )
 
 
 def _s(ms: float | None) -> str:
@@ -168,8 +209,9 @@ def _s(ms: float | None) -> str:
 
 
 def table(runs: list[dict[str, Any]], console: Console) -> None:
-    out = Table(title="Failures through the product (tentative scenario, X = 5 s)")
+    out = Table(title="Failures through the product (tentative scenario)")
     columns = (
+        "streams x bucket, X",
         "rows/s",
         "failure",
         "copy",
@@ -190,9 +232,11 @@ def table(runs: list[dict[str, Any]], console: Console) -> None:
         out.add_column(column, justify="left" if column in ("failure", "copy") else "right")
     for run in sorted(runs, key=_run_key):
         load = f"{run['load_before'][0]:.1f} / {run['load_after'][0]:.1f}"
-        rate = str(_run_key(run)[0])
+        streams, bucket_s, x_s, rate_value, _, _ = _run_key(run)
+        setting, rate = f"{streams} x {bucket_s:g} s, {x_s:g} s", str(rate_value)
         if "error" in run:
             out.add_row(
+                setting,
                 rate,
                 f"{run['fail_for_s']:g} s",
                 "-",
@@ -205,6 +249,7 @@ def table(runs: list[dict[str, Any]], console: Console) -> None:
             continue
         for holder, c in run["copies"].items():
             out.add_row(
+                setting,
                 rate,
                 f"{run['fail_for_s']:g} s",
                 holder,
@@ -236,6 +281,19 @@ def main() -> None:
         default=[DEFAULT_RATE],
         help="rows per second of each of the two sources, per run (the paper's: 1000-1500)",
     )
+    parser.add_argument(
+        "--streams", type=int, choices=(2, 3), default=2, help="input streams of O.x (paper: 3)"
+    )
+    parser.add_argument(
+        "--bucket-seconds",
+        type=float,
+        default=1.0,
+        help="boundary interval of every stream (paper: 0.1)",
+    )
+    parser.add_argument(
+        "--max-delay", type=float, default=None, help="X, seconds (paper: 3; default the file's 5)"
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="runs per point")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     parser.add_argument(
         "--append", action="store_true", help="keep the file's runs of other failure lengths"
@@ -255,10 +313,27 @@ def main() -> None:
     kept: list[dict[str, Any]] = []
     if args.append and args.json.exists():
         kept = json.loads(args.json.read_text()).get("runs", [])
-    wanted = {(rate, fail_for_s) for rate in args.rates for fail_for_s in args.failures}
+    settings = settings_of(args)
+    points = sorted(
+        (rate, repeat, fail_for_s)
+        for rate in args.rates
+        for fail_for_s in args.failures
+        for repeat in range(args.repeat)
+    )
+    wanted = {
+        (
+            settings["streams"],
+            settings["bucket_seconds"],
+            settings["max_delay_s"],
+            rate,
+            repeat,
+            fail_for_s,
+        )
+        for rate, repeat, fail_for_s in points
+    }
     runs = [r for r in kept if _run_key(r) not in wanted]
-    for rate, fail_for_s in sorted(wanted):
-        run = one_run(fail_for_s, rate, args, work, console) | {"code": code}
+    for rate, repeat, fail_for_s in points:
+        run = one_run(fail_for_s, rate, repeat, args, work, console) | {"code": code}
         runs.append(run)
         # Written after each run: a later one that hangs or is stopped loses nothing before it.
         result = {

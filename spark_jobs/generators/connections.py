@@ -76,6 +76,10 @@ class ConnectionGenerator:
             [f"10.{block}.{(i // 250) % 250}.{i % 250 + 1}" for i in index.tolist()], dtype=object
         )
 
+    def second_start_us(self, second: int) -> int:
+        """Where second ``second`` begins, in microseconds since the Unix epoch (stime's unit)."""
+        return int(self.epoch.timestamp() * 1_000_000) + second * 1_000_000
+
     def second(self, second: int) -> pa.Table:
         """The records whose stime falls in [epoch + second, epoch + second + 1), sorted."""
         rng = np.random.default_rng([self.seed, second])
@@ -92,7 +96,7 @@ class ConnectionGenerator:
         scan_dst = self._ip(2, rng.integers(0, self.destinations, size=scans))
         scan_port = rng.integers(1024, 65535, size=scans).astype(np.int32)
 
-        base_us = int(self.epoch.timestamp() * 1_000_000) + second * 1_000_000
+        base_us = self.second_start_us(second)
         offsets = np.sort(rng.integers(0, 1_000_000, size=normal + scans))
         order = rng.permutation(normal + scans)
         table = pa.table(

@@ -341,6 +341,8 @@ class ActiveReplicas:
             # The paper's latency at the node: per batch, one past its last input bucket, whether
             # it went out tentative, and when; "now" on the copy's clock is wall ms - offset.
             "clock_offset_ms": copy.dpc.settings.clock_offset_ms,
+            # Bucket numbers to time: bucket b ends at (b + 1) * bucket_ms on the copy's clock.
+            "bucket_ms": round(copy.dpc.spec.bucket_seconds * 1000),
             "batches": [
                 [b.end_bucket, b.tentative, b.sent_at]
                 for b in sink.batches[-STATE_BATCHES:]

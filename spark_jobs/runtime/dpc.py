@@ -243,6 +243,23 @@ def offset_entry(checkpoint_dir: Path, batch_id: int) -> dict[str, Any] | None:
     return entry
 
 
+# An acknowledgement limit below any bucket: acknowledgements only grow, so it stops them
+# where they stand.
+NO_FURTHER_ACKS = -(2**62)
+
+
+def redo_reads_from(start: dict[str, Any] | None) -> int:
+    """Where a redo from the checkpoint packed before a batch reads again: that batch's start
+    (the previous batch's end offset), not its first tentative bucket. A batch holds several
+    buckets once they are shorter than a trigger (five or more at 100 ms), and acknowledging up
+    to the first tentative one let the logs trim the batch's stable buckets the redo needs
+    (seen at 100 ms buckets: "buckets below N were acknowledged", the redo query dead). For the
+    first batch (no previous offset) acknowledgements stop where they stand."""
+    if start is None or "bucket" not in start:
+        return NO_FURTHER_ACKS
+    return int(start["bucket"])
+
+
 def _micros(value: Any) -> int:
     if isinstance(value, datetime):
         return round(value.timestamp() * 1_000_000)
@@ -346,6 +363,14 @@ class QuerySink(SOutput):
         else:
             self.skipped += 1
         return written
+
+
+def _drain(batch: DataFrame) -> None:
+    """Run a batch whose rows are not wanted. Spark 4 checks that every state store of a
+    stateful batch committed, and fails the query otherwise (STATE_STORE_COMMIT_VALIDATION_FAILED,
+    seen on an aborted redo at load 17): a batch left unread is a query that dies, not one
+    that skips."""
+    batch.write.format("noop").mode("append").save()
 
 
 @dataclass(frozen=True)
@@ -521,6 +546,7 @@ class DPCOutput(SOutput):
                 return self._hold(self.redo, batch, batch_id)
             if sink is not self.serving:
                 # A late batch of a query that no longer serves (stopped at the switch).
+                _drain(batch)
                 return False
             written = self._serve(batch, batch_id)
             self._persist()
@@ -539,7 +565,7 @@ class DPCOutput(SOutput):
             self.checkpoint = Checkpoint(first, (batch_id, packed))
             if self.store is not None:
                 self.store.save_checkpoint(packed)
-                self.store.limit_acks(first)
+                self.store.limit_acks(redo_reads_from(start))
         if tentative_input:
             self.tentative_batches += 1
             self._fire(NodeEvent.TENTATIVE_INPUT)
@@ -593,6 +619,7 @@ class DPCOutput(SOutput):
         if end is not None and "tentative_from" in end:
             redo.aborted = True
         if redo.aborted:
+            _drain(batch)
             return False
         table = batch.toArrow()
         rows, by_key = _rows(table)

@@ -280,7 +280,7 @@ class AgentFailover:
         spec = self.host.spec_of(record)
         if spec is None:
             return
-        span = _span(record)
+        span = _span(record, self.host.bucket_seconds)
         consumer = backup_consumer(record.name)
         try:
             with StreamClient(spec.output.location, timeout=SHIP_TIMEOUT_S) as client:
@@ -317,7 +317,7 @@ class AgentFailover:
             return
         holds = holds_standby(self.host.server, failover.task)
         recovery = effective(failover.recovery, holds_checkpoint=holds)
-        start = self._replay_point(recovery, spec, _span(record))
+        start = self._replay_point(recovery, spec, _span(record, self.host.bucket_seconds))
         movement = self._request_failover(failover.task)
         if movement is None:
             return
@@ -407,7 +407,7 @@ class AgentFailover:
             return False
         with StreamClient(spec.output.location, timeout=SHIP_TIMEOUT_S) as client:
             boundary = client.info(spec.output.stream)["boundary"]
-        if covers(copy.replay_from, boundary, _span(record)):
+        if covers(copy.replay_from, boundary, _span(record, self.host.bucket_seconds)):
             return True
         self._note(
             f"{failover.task}: the active copy starts at bucket {copy.replay_from}, after what "
@@ -540,8 +540,6 @@ class AgentFailover:
         self.errors = [*self.errors[-49:], message]
 
 
-def _span(record: TaskRecord) -> int:
-    from spark_jobs.runtime.participant_host import BUCKET_SECONDS
-
+def _span(record: TaskRecord, bucket_seconds: float) -> int:
     defaults = catalogue.PARAMETERS.get(record.fragment or "", {})
-    return window_span(record.params, defaults, BUCKET_SECONDS)
+    return window_span(record.params, defaults, bucket_seconds)

@@ -57,7 +57,7 @@ from app.participant.command import (
 )
 from app.participant.ports import Host, MovementRecord, Mover, Received, TaskRecord
 from spark_jobs.fragments import catalogue
-from spark_jobs.generators import ConnectionGenerator, RateSchedule
+from spark_jobs.generators import ConnectionGenerator, RateSchedule, bucket_of, split_buckets
 from spark_jobs.runtime import follow
 from spark_jobs.runtime.active import is_active_copy
 from spark_jobs.runtime.dataplane import (
@@ -76,7 +76,7 @@ from spark_jobs.runtime.host import (
 )
 from spark_jobs.runtime.movement import Relocation, RemoteHost, relocate
 from spark_jobs.runtime.registry_coordinator import PreparedMovementCoordinator, abort_once
-from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient, StreamServer, publish
+from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient, StreamServer
 from spark_jobs.runtime.warm import (
     WarmSource,
     lease_deadline,
@@ -88,7 +88,13 @@ from spark_jobs.session import build_session, is_local
 
 log = logging.getLogger("fedload.agent.host")
 
+# The federation's default boundary interval: a source closes a bucket once a second. Every
+# agent of a federation must use the same one (``fedload agent --bucket-seconds``): a log's
+# buckets are declared in it and a fragment's windows are counted in it.
 BUCKET_SECONDS = 1.0
+# At most this many seconds of input per batch, whatever the bucket (a catch-up after a cut
+# reads its backlog in batches of this much).
+BATCH_SECONDS = 20.0
 # Borealis's load: input rate x per-tuple cost, 1 unit = 1% of a reference CPU. The per-row
 # cost is the host's own: by default a fragment fed by the catalogue generator at its default
 # rate (60 rows/s) counts 5 units, the declared load of the demo's tasks. It never derives from
@@ -96,7 +102,7 @@ BUCKET_SECONDS = 1.0
 NOMINAL_ROWS_PER_SECOND = 60.0
 LOAD_PER_ROW = 5.0 / NOMINAL_ROWS_PER_SECOND
 LOAD_WINDOW = 10.0
-MIN_MEASURED_BUCKETS = 3
+MIN_MEASURED_SECONDS = 3.0
 # How long after a move the first batch at the new host is waited for (downtime), and where
 # it is logged: {"movement_id", "first_batch": seconds from the prepared movement's pick-up}.
 FIRST_BATCH_WAIT_SECONDS = 120.0
@@ -155,25 +161,48 @@ class PausePoints:
 
 @dataclass
 class _Publisher:
-    """A source task: the seeded generator publishing one bucket per wall-clock second."""
+    """A source task: the seeded generator publishing each bucket as its wall-clock time ends
+    (the Borealis sources' boundaries: every 100 ms there, every ``bucket_seconds`` here)."""
 
     stream: str
     generator: ConnectionGenerator
     seconds: int | None
     location: str
     stopped: threading.Event
+    bucket_seconds: float = BUCKET_SECONDS
     published: int = 0
 
     def run(self) -> None:
         started = time.time()
+        per_second = buckets_per_second(self.bucket_seconds)
         with StreamClient(self.location) as client:
             second = 0
             while self.seconds is None or second < self.seconds:
-                if self.stopped.wait(max(0.0, started + second + 1 - time.time())):
-                    return
-                publish(client, self.stream, self.generator.second(second), BUCKET_SECONDS)
+                table = self.generator.second(second)
+                rows = dict(split_buckets(table, self.bucket_seconds))
+                first = bucket_of(self.generator.second_start_us(second), self.bucket_seconds)
+                for index in range(per_second):
+                    due = started + second + (index + 1) * self.bucket_seconds
+                    if self.stopped.wait(max(0.0, due - time.time())):
+                        return
+                    # An empty bucket is closed too: its boundary is what a reader waits for.
+                    part = rows.get(first + index, table.schema.empty_table())
+                    client.append(self.stream, part, boundary=first + index + 1)
                 second += 1
                 self.published = second
+
+
+def buckets_per_second(bucket_seconds: float) -> int:
+    """How many buckets make a second; ValueError unless the bucket divides a second (the
+    generator makes a second at a time, and windows are whole seconds)."""
+    if not 0.01 <= bucket_seconds <= 1.0:
+        raise ValueError(f"bucket_seconds must be between 0.01 and 1, got {bucket_seconds}")
+    count = round(1.0 / bucket_seconds)
+    if abs(count * bucket_seconds - 1.0) > 1e-9:
+        raise ValueError(
+            f"bucket_seconds must divide one second (0.1, 0.2, 0.25, 0.5, 1), got {bucket_seconds}"
+        )
+    return count
 
 
 def generator_of(params: Mapping[str, Any]) -> ConnectionGenerator:
@@ -199,8 +228,11 @@ class SparkParticipantHost:
         load_per_row: float = LOAD_PER_ROW,
         auth: FlightAuth | None = None,
         tls: TlsFiles | None = None,
+        bucket_seconds: float = BUCKET_SECONDS,
     ) -> None:
         self.name = name
+        buckets_per_second(bucket_seconds)  # a bad interval fails here, before anything starts
+        self.bucket_seconds = bucket_seconds
         self._load_per_row = load_per_row
         self._client = client
         self._data_dir = Path(data_dir)
@@ -518,7 +550,7 @@ class SparkParticipantHost:
 
     def _declare(self, stream: str) -> None:
         if stream not in self._declared:
-            self.server.log.declare(stream, BUCKET_SECONDS)
+            self.server.log.declare(stream, self.bucket_seconds)
             self._declared.add(stream)
 
     def _publish(self, task: TaskRecord) -> None:
@@ -533,6 +565,7 @@ class SparkParticipantHost:
             None if seconds is None else int(seconds),
             self.endpoint,
             threading.Event(),
+            bucket_seconds=self.bucket_seconds,
         )
         self._publishers[task.name] = publisher
         threading.Thread(target=publisher.run, name=f"source-{task.name}", daemon=True).start()
@@ -561,9 +594,9 @@ class SparkParticipantHost:
                 for name, at, holders in zip(task.inputs, served, copies, strict=True)
             ),
             output=StreamRef(owner, task.output_stream),
-            bucket_seconds=BUCKET_SECONDS,
+            bucket_seconds=self.bucket_seconds,
             trigger_seconds=0.5,
-            max_buckets_per_batch=20,
+            max_buckets_per_batch=round(BATCH_SECONDS / self.bucket_seconds),
         )
 
     def _alternates(self, task: str, holders: tuple[str, ...]) -> tuple[StreamRef, ...]:
@@ -680,17 +713,20 @@ class SparkParticipantHost:
             return task.load
         now = time.time()
         recent = [p for p in progress if _epoch_seconds(p["timestamp"]) >= now - LOAD_WINDOW]
-        # Rows per second of event time (SUnion's offsets are one-second buckets), not per
+        # Rows per second of event time (SUnion's offsets are buckets), not per
         # second of wall time: a query catching up on a backlog reads many seconds of input in
         # one batch, and that burst is no steady load to trade on (a catch-up measured at 4x
         # its rate was sold at that load, and the next host measured against it).
         if not recent:
             return task.load
         first, last = _bucket(recent[0], "startOffset"), _bucket(recent[-1], "endOffset")
-        if first is None or last is None or last - first < MIN_MEASURED_BUCKETS:
+        if first is None or last is None:
+            return task.load
+        seconds = (last - first) * self.bucket_seconds
+        if seconds < MIN_MEASURED_SECONDS:
             return task.load
         rows = sum(int(p["numInputRows"]) for p in recent)
-        return rows / (last - first) * self._load_per_row
+        return rows / seconds * self._load_per_row
 
 
 def _bucket(progress: Mapping[str, Any], which: str) -> int | None:
@@ -807,6 +843,7 @@ def make_host(context: AgentContext) -> tuple[Host, Mover]:
         accept_fragments=options.accept_fragments,
         auth=auth,
         tls=tls,
+        bucket_seconds=options.bucket_seconds,
     )
     if options.spark_eager:
         host.warm()

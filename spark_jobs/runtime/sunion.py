@@ -158,6 +158,29 @@ class TimedClient(StreamClient):
         )
 
 
+# At most this many buckets of one input per log read when spooling (bounded reply size).
+SPOOL_READ_BUCKETS = 64
+
+
+def split_by_bucket(table: pa.Table, lo: int, hi: int, bucket_micros: int) -> dict[int, pa.Table]:
+    """Rows of buckets [lo, hi) by bucket (of their stime), every bucket present, empty ones as
+    empty tables of the same schema."""
+    micros = table.column("stime").cast(pa.int64()).to_numpy() if table.num_rows else None
+    if micros is None:
+        return {b: table for b in range(lo, hi)}
+    numbers = micros // bucket_micros
+    if (numbers[1:] < numbers[:-1]).any():
+        # A log answers in bucket order; sorted here all the same, stably, for any that doesn't.
+        order = np.argsort(numbers, kind="stable")
+        table, numbers = table.take(pa.array(order)), numbers[order]
+    out = {}
+    for b in range(lo, hi):
+        first = int(np.searchsorted(numbers, b, side="left"))
+        last = int(np.searchsorted(numbers, b, side="right"))
+        out[b] = table.slice(first, last - first)
+    return out
+
+
 class Spool:
     """Complete buckets of the inputs, copied to local files by the driver (see the module
     docstring): ``<dir>/<location/stream, quoted>/<bucket>.arrow``."""
@@ -482,13 +505,50 @@ class SUnionReader(DataSourceStreamReader):
         assert self.spool is not None
         location, stream = i["location"], i["stream"]  # the input's, whichever source gives it
         while bucket < upto:
-            if not self.spool.has(location, stream, bucket):
+            if self.spool.has(location, stream, bucket):
+                bucket += 1
+                continue
+            # The run of buckets not spooled yet, in one call: a call per bucket cost a Flight
+            # round trip each, and at 100 ms buckets a start-up backlog of three inputs took
+            # seconds of latestOffset, during which nothing was released (the copies went
+            # tentative at start-up).
+            end = bucket + 1
+            while (
+                end < upto
+                and end - bucket < SPOOL_READ_BUCKETS
+                and not self.spool.has(location, stream, end)
+            ):
+                end += 1
+            tables = self._read_complete_range(i, bucket, end) if end > bucket + 1 else None
+            if tables is None:
+                # One bucket at a time: no single source may hold the whole run (a cut primary,
+                # a copy behind it).
                 table = self._read_complete(i, bucket)
                 if table is None:
                     break
-                self.spool.put(location, stream, bucket, table)
-            bucket += 1
+                tables = {bucket: table}
+            for number, table in tables.items():
+                self.spool.put(location, stream, number, table)
+            bucket += len(tables)
         return bucket
+
+    def _read_complete_range(
+        self, i: dict[str, Any], lo: int, hi: int
+    ) -> dict[int, pa.Table] | None:
+        """Input ``i``'s buckets [lo, hi), each its own table (empty ones too), from the first
+        reachable source whose log holds them all complete; None when none does now."""
+        for location, stream in self._holding(i, hi):
+            try:
+                table = self._client(location).read(stream, lo, hi).read_all()
+            except UNREACHABLE:
+                self._drop(location, stream)
+                continue
+            except ANSWERED_WITH_ERROR:
+                if self._is_primary(i, location, stream):
+                    raise
+                continue
+            return split_by_bucket(table, lo, hi, self.bucket_ms * 1000)
+        return None
 
     def _read_complete(self, i: dict[str, Any], bucket: int) -> pa.Table | None:
         """Input ``i``'s bucket from the first reachable source whose log holds it complete;

@@ -171,6 +171,12 @@ class ReplicaSet:
     owner: str
     holders: tuple[str, ...]
     window_s: int
+    # The federation's boundary interval (``fedload agent --bucket-seconds``).
+    bucket_seconds: float = 1.0
+
+    @property
+    def window_buckets(self) -> int:
+        return round(self.window_s / self.bucket_seconds)
 
     @property
     def holder(self) -> str:
@@ -232,7 +238,7 @@ def start_active_replica(
         return (
             state["state"] == NodeState.STABLE.value
             and boundary is not None
-            and boundary > int(state["replay_from"]) + pair.window_s
+            and boundary > int(state["replay_from"]) + pair.window_buckets
             and info(holder)["rows"] > 0
         )
 
@@ -247,7 +253,7 @@ def start_active_replica(
         # The primary starts on its sources' whole logs (its Spark took a minute to start, the
         # sources published meanwhile): latencies before a failure mean something only once it
         # has worked through that backlog.
-        return (info(pair.owner)["boundary"] or 0) >= sources() - 2 * pair.window_s
+        return (info(pair.owner)["boundary"] or 0) >= sources() - 2 * pair.window_buckets
 
     with contextlib.suppress(TimeoutError):
         wait_until(
@@ -360,11 +366,12 @@ class Consumer:
         heartbeat_s: float,
         misses: int,
         companions: dict[str, FlightCompanion] | None = None,
+        bucket_ms: int = 1000,
     ) -> None:
         self.links, self.pings, self.dpc = links, pings, dpc
         self.companions = companions or {}
         self.names = tuple(links)
-        self.rule = ReplicaConsumer(stream, self.names, next_bucket=0)
+        self.rule = ReplicaConsumer(stream, self.names, next_bucket=0, bucket_ms=bucket_ms)
         self.interval = heartbeat_s
         self.detector = FailureDetector(time.monotonic, interval=heartbeat_s, misses=misses)
         # Per delivered row's key: when the consumer first had it; the keys of the first read

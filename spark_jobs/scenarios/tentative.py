@@ -85,13 +85,17 @@ OWNER, HOLDER, SECOND, TASK = "O", "T", "U", "O.x"
 HOLDERS = (HOLDER, SECOND)
 # Each source and the participant whose endpoint serves it (where it runs).
 SOURCES = {"O.conns": OWNER, "O.far": HOLDER}
+# The Borealis experiments' third input stream (``TentativeOptions.streams``): a source of O's
+# run at U, which the cut leaves reachable to both copies, as O.far.
+THIRD_SOURCE = ("O.near", SECOND)
 WINDOW_S = 2  # O.x's window in tentative-federation.yaml
 PAIR = ReplicaSet(TASK, OWNER, HOLDERS, WINDOW_S)
 # The copies the consumer reads (U's is checked through its own log and state).
 CONSUMED = (OWNER, HOLDER)
 # The added-latency check's slack over X: the copy maps stime onto the wall clock from one
-# boundary its slowest source reported at start, and a source closes a bucket once a second, so
-# that mapping is late by up to one bucket; the baseline (a median) does not take it out.
+# boundary its slowest source reported at start, and a source closes a bucket as its time ends,
+# so that mapping is late by up to one bucket; the baseline (a median) does not take it out.
+# One bucket: this at the default boundary interval of a second (``latency_limit_s``).
 LATENCY_SLACK_S = 1.0
 
 
@@ -113,23 +117,41 @@ class TentativeOptions(ScenarioOptions):
     # Rows per second of each source (O.conns and O.far); None: the federation file's (30). The
     # benchmark's knob for the paper's 1,000-1,500 tuples/s per stream.
     source_rate: int | None = None
+    # The Borealis harness's other settings: 3 input streams (a third source at U), boundaries
+    # every 100 ms (``fedload agent --bucket-seconds``), X = 3 s (the contracts'
+    # max_delay_seconds; None: the federation file's 5 s).
+    streams: int = 2
+    bucket_seconds: float = 1.0
+    max_delay_s: float | None = None
+
+    def sources(self) -> dict[str, str]:
+        """Each source of O.x and the participant whose endpoint serves it."""
+        return SOURCES | (dict([THIRD_SOURCE]) if self.streams == 3 else {})
+
+    def pair(self) -> ReplicaSet:
+        return replace(PAIR, bucket_seconds=self.bucket_seconds)
 
 
 def run_tentative(options: TentativeOptions, console: Console | None = None) -> dict[str, Any]:
     console = console or Console()
     # O listens on a port of its own and advertises the proxy's: every link into O crosses it.
+    if options.streams not in (2, 3):
+        raise ValueError(f"streams must be 2 or 3, got {options.streams}")
     o_port = free_port()
     proxy = FaultProxy(o_port)
-    eager = Placement(args=("--spark-eager",))
+    common = ("--spark-eager", "--bucket-seconds", f"{options.bucket_seconds:g}")
+    eager = Placement(args=common)
     placements = {
-        OWNER: Placement(
-            port=o_port, args=("--spark-eager", "--advertise", f"{LOOPBACK}:{proxy.port}")
-        ),
+        OWNER: Placement(port=o_port, args=(*common, "--advertise", f"{LOOPBACK}:{proxy.port}")),
         **dict.fromkeys(HOLDERS, eager),
     }
     doc = load_federation(FEDERATION)
     if options.source_rate is not None:
         doc = with_source_rate(doc, options.source_rate)
+    if options.streams == 3:
+        doc = with_third_stream(doc)
+    if options.max_delay_s is not None:
+        doc = with_max_delay(doc, options.max_delay_s)
     fed = scenario_federation(doc, options, placements, "tentative")
     try:
         with running(fed, console) as admin:
@@ -152,6 +174,36 @@ def with_source_rate(doc: FederationDoc, rate: int) -> FederationDoc:
     )
 
 
+def with_third_stream(doc: FederationDoc) -> FederationDoc:
+    """O.x over three sources: O.conns (at O), O.far (at T) and O.near, run at U."""
+    name, at = THIRD_SOURCE
+    far = next(t for t in doc.tasks if t.name == "O.far")
+    near = replace(far, name=name, host=at, params={**far.params, "seed": 23})
+    tasks = []
+    for task in doc.tasks:
+        if task.name == TASK:
+            task = replace(task, inputs=(*task.inputs, name))
+        tasks.append(task)
+        if task.name == far.name:
+            tasks.append(near)
+    return replace(doc, tasks=tuple(tasks))
+
+
+def with_max_delay(doc: FederationDoc, seconds: float) -> FederationDoc:
+    """Every contract that hosts a replica with X = ``seconds``."""
+    if seconds <= 0:
+        raise ValueError(f"max_delay_s must be a positive number of seconds, got {seconds}")
+    return replace(
+        doc,
+        contracts=tuple(
+            c
+            if c.availability is None
+            else replace(c, availability=replace(c.availability, max_delay_seconds=seconds))
+            for c in doc.contracts
+        ),
+    )
+
+
 def _boundary(where: str, stream: str, tokens: TokenSource) -> int | None:
     with StreamClient(where, timeout=5.0, tokens=tokens) as client:
         found = client.info(stream)["boundary"]
@@ -166,19 +218,21 @@ def _run(
     proxy: FaultProxy,
 ) -> dict[str, Any]:
     tokens = registry_tokens(admin)
-    streams = PAIR.streams
+    pair = options.pair()
+    streams = pair.streams
+    bucket_s = options.bucket_seconds
 
     def sources() -> int:
         # The newest bucket every source has closed (the slowest source's boundary).
         found = [
             _boundary(location(admin, at), output_stream(source), tokens)
-            for source, at in SOURCES.items()
+            for source, at in options.sources().items()
         ]
         return min(b or 0 for b in found)
 
     with console.status("O runs O.x; T and U start their active replicas and catch up ..."):
         start_active_replica(
-            PAIR,
+            pair,
             fed.client(OWNER),
             lambda name: location(admin, name),
             tokens,
@@ -186,7 +240,7 @@ def _run(
             options.startup_timeout_s,
         )
     processes = fed.processes()
-    locations = {name: location(admin, name) for name in PAIR.names}
+    locations = {name: location(admin, name) for name in pair.names}
     if locations[OWNER] != proxy.location:
         raise RuntimeError(f"O advertises {locations[OWNER]}, not its proxy {proxy.location}")
 
@@ -221,10 +275,11 @@ def _run(
         companions={
             HOLDER: FlightCompanion(locations[HOLDER], streams[HOLDER], tokens, options.heartbeat_s)
         },
+        bucket_ms=round(bucket_s * 1000),
     )
     # Where stime stands on the wall clock: a source closes a bucket as its second ends, and the
     # slowest one decides when a bucket is complete (for the consumer's latencies only).
-    stime_to_wall = time.time() - float(sources())
+    stime_to_wall = time.time() - float(sources()) * bucket_s
     started = time.time()
     try:
         consumer.start()
@@ -258,7 +313,7 @@ def _run(
 
         def resolved() -> bool:
             # The consumer's stable output has passed every tentative row it was shown.
-            newest = max(consumer.tentative_seen, default=-1) // 1000
+            newest = max(consumer.tentative_seen, default=-1) // round(bucket_s * 1000)
             return consumer.rule.next_bucket > newest
 
         def log_corrected(holder: str) -> bool:
@@ -364,19 +419,26 @@ def copy_settled(
     history = state.get("history", [])
     if any(name == NodeState.UP_FAILURE.value and float(at) >= failure_at for name, at in history):
         return False
-    # A batch's end is one past its last input bucket; bucket b ends at b + 1 + offset (wall).
-    offset_s = float(state["clock_offset_ms"]) / 1000
+    # A batch's end is one past its last input bucket; bucket b ends at (b + 1) * the bucket
+    # + offset (wall).
+    offset_s, bucket_s = float(state["clock_offset_ms"]) / 1000, bucket_seconds(state)
     past = heal_at + float(state["max_delay_seconds"])
     return any(
-        not tentative and int(end) + offset_s >= past for end, tentative, _ in state["batches"]
+        not tentative and int(end) * bucket_s + offset_s >= past
+        for end, tentative, _ in state["batches"]
     )
+
+
+def bucket_seconds(state: dict[str, Any]) -> float:
+    """A copy's boundary interval (states from before it was reported: one second)."""
+    return float(state.get("bucket_ms", 1000)) / 1000
 
 
 def node_latencies(holder: dict[str, Any]) -> dict[int, tuple[float, bool]]:
     """The paper's latency at the copy, per input bucket: the first batch that processed it
     (tentatively or stably) sent its output this many seconds after the bucket's end on the
     copy's clock; and whether that batch was tentative."""
-    offset_s = float(holder["clock_offset_ms"]) / 1000
+    offset_s, bucket_s = float(holder["clock_offset_ms"]) / 1000, bucket_seconds(holder)
     first: dict[int, tuple[float, bool]] = {}
     previous_end: int | None = None
     for end, tentative, sent_at in sorted(holder["batches"], key=lambda b: float(b[2])):
@@ -384,7 +446,10 @@ def node_latencies(holder: dict[str, Any]) -> dict[int, tuple[float, bool]]:
         lo = end - 1 if previous_end is None else previous_end
         for bucket in range(lo, end):
             if bucket not in first:
-                first[bucket] = (float(sent_at) - (bucket + 1 + offset_s), bool(tentative))
+                first[bucket] = (
+                    float(sent_at) - ((bucket + 1) * bucket_s + offset_s),
+                    bool(tentative),
+                )
         previous_end = end if previous_end is None else max(previous_end, end)
     return first
 
@@ -399,22 +464,32 @@ class CopyLatency:
     offset_s: float
     baseline: float | None
     worst: float | None
+    bucket_s: float = 1.0
+
+    def ends_at(self, bucket: int) -> float:
+        """When ``bucket`` ended on the wall clock (the copy's clock mapped back)."""
+        return (bucket + 1) * self.bucket_s + self.offset_s
 
     @classmethod
     def of(cls, holder: dict[str, Any], started: float, failure_at: float) -> CopyLatency:
         per_bucket = node_latencies(holder)
-        offset_s = float(holder["clock_offset_ms"]) / 1000
+        offset_s, bucket_s = float(holder["clock_offset_ms"]) / 1000, bucket_seconds(holder)
+
+        def ends_at(bucket: int) -> float:
+            return (bucket + 1) * bucket_s + offset_s
+
         before = [
             lat
             for bucket, (lat, _) in per_bucket.items()
-            if started <= bucket + 1 + offset_s < failure_at
+            if started <= ends_at(bucket) < failure_at
         ]
-        live = {b: v for b, v in per_bucket.items() if bucket_after(b, offset_s, started)}
+        live = {b: v for b, v in per_bucket.items() if ends_at(b) >= started}
         return cls(
             live,
             offset_s,
             statistics.median(before) if before else None,
             max((lat for lat, _ in live.values()), default=None),
+            bucket_s,
         )
 
     @property
@@ -464,7 +539,7 @@ def _report(
         return round((at - started) * 1000)
 
     latency = CopyLatency.of(holder, started, failure_at)
-    live, offset_s, tentative_buckets = latency.live, latency.offset_s, latency.tentative_buckets
+    live, tentative_buckets = latency.live, latency.tentative_buckets
     baseline, worst, added = latency.baseline, latency.worst, latency.added
     # At the consumer: per window end, when it first held a row of it (tentative or stable),
     # minus the end on the wall clock (rows of its first read, the log's backlog, left out).
@@ -489,12 +564,12 @@ def _report(
     history = since(holder.get("history", []), started)
     tentative_at = [float(at) for state, at in history if state == NodeState.UP_FAILURE.value]
     output = rule.output()
-    compared = [r for r in output if int(r[0].timestamp()) < compared_below]
+    # compared_below is a bucket of the log: rows whose stime lies before its start.
+    below_s = compared_below * latency.bucket_s
+    compared = [r for r in output if r[0].timestamp() < below_s]
     missing = set(reference) - set(compared)
     via_replica = sum(
-        1
-        for d in rule.delivered.values()
-        if d.replica == HOLDER and int(d.row[0].timestamp()) < compared_below
+        1 for d in rule.delivered.values() if d.replica == HOLDER and d.row[0].timestamp() < below_s
     )
     held_at_end = sum(len(rows) for rows in rule.held.values())
     reconciled = [r for r in holder.get("reconciled", []) if float(r["began"]) >= started]
@@ -531,7 +606,7 @@ def _report(
         # the switch (the state has diverged, so every batch is tentative until then).
         "tentative_buckets": len(tentative_buckets),
         "tentative_buckets_before_heal": sum(
-            1 for b in tentative_buckets if b + 1 + offset_s < heal_at
+            1 for b in tentative_buckets if latency.ends_at(b) < heal_at
         ),
         # Tentative rows the consumer first held before the heal.
         "tentative_before_heal": sum(n for at, _, n, _, _ in consumer.followed if at < heal_at),
@@ -568,10 +643,10 @@ def _report(
         "worst_bucket": None
         if not live
         else {
-            "end_ms": ms((w := max(live, key=lambda b: live[b][0])) + 1 + offset_s),
+            "end_ms": ms(latency.ends_at(w := max(live, key=lambda b: live[b][0]))),
             "tentative": live[w][1],
         },
-        "latency_slack_ms": round(LATENCY_SLACK_S * 1000),
+        "latency_slack_ms": round(latency_limit_s(0.0, latency.bucket_s) * 1000),
         "consumer_latency": {
             "baseline_ms": rounded(window_baseline),
             "max_added_during_failure_ms": rounded(window_added(failure_at, heal_at)),
@@ -600,7 +675,7 @@ def _report(
         "log_boundaries": boundaries,
         "detector": {"interval_ms": round(options.heartbeat_s * 1000), "misses": options.misses},
     }
-    limit_s = latency_limit_s(max_delay_s)
+    limit_s = latency_limit_s(max_delay_s, latency.bucket_s)
     report["checks"] = {
         "output_matches_reference": bool(reference) and compared == reference and via_replica > 0,
         "tentative_results_during_failure": report["tentative_tuples"] > 0
@@ -624,8 +699,9 @@ def _report(
     return report
 
 
-def latency_limit_s(max_delay_s: float) -> float:
-    return max_delay_s + LATENCY_SLACK_S
+def latency_limit_s(max_delay_s: float, bucket_s: float = 1.0) -> float:
+    """X plus one bucket's slack (see ``LATENCY_SLACK_S``)."""
+    return max_delay_s + LATENCY_SLACK_S * bucket_s
 
 
 def _permit_records(admin: FedloadClient, fragment: str) -> list[dict[str, Any]]:
@@ -832,7 +908,7 @@ def _two_copies(
         )
         added = latency.added
         within_x[holder] = added is not None and added <= latency_limit_s(
-            float(state["max_delay_seconds"])
+            float(state["max_delay_seconds"]), latency.bucket_s
         )
         copies[holder] = {
             "final_state": state.get("state"),
@@ -843,6 +919,11 @@ def _two_copies(
             ],
             "redo_failures": state.get("redo_failures"),
             "permits_lost": state.get("permits_lost"),
+            # Where a reconciliation's time goes: the redo waiting for the serving query
+            # (``DPCFragment.yield_redo``), and the delay budget the copy ran with.
+            "redo_paused_s": state.get("redo_paused_s"),
+            "budget_ms": state.get("budget_ms"),
+            "min_budget_ms": state.get("min_budget_ms"),
             "tentative_rows": int(state.get("tentative_rows", 0)),
             "tentative_buckets": len(tentative),
             "undos": int(state.get("undos", 0)),
@@ -890,8 +971,3 @@ def _two_copies(
         }
     )
     report["ok"] = all(report["checks"].values())
-
-
-def bucket_after(bucket: int, offset_s: float, started: float) -> bool:
-    """Whether the bucket ended (on the copy's clock) after the consumer started."""
-    return bucket + 1 + offset_s >= started

@@ -239,3 +239,30 @@ def test_a_fragment_reading_a_replicated_input_outlives_the_primary(servers, mak
     finally:
         copy.close()
         holder.shutdown()
+
+
+def test_a_run_of_buckets_is_spooled_in_one_read_and_split_by_bucket() -> None:
+    """The spool copies a run of complete buckets with one log read, each bucket its own file
+    with exactly its rows, empty buckets included (a call per bucket stalled latestOffset at
+    100 ms buckets)."""
+    from spark_jobs.runtime.sunion import split_by_bucket
+
+    micros = 100_000  # 100 ms buckets
+    stimes = [10 * micros + 5, 10 * micros + 7, 12 * micros, 13 * micros + 99_999]
+    table = pa.table({"k": ["a", "b", "c", "d"], "stime": pa.array(stimes, pa.int64())})
+    split = split_by_bucket(
+        table.cast(pa.schema([("k", pa.string()), ("stime", pa.timestamp("us", tz="UTC"))])),
+        10,
+        14,
+        micros,
+    )
+    assert sorted(split) == [10, 11, 12, 13]
+    assert {b: t.column("k").to_pylist() for b, t in split.items()} == {
+        10: ["a", "b"],
+        11: [],
+        12: ["c"],
+        13: ["d"],
+    }
+    # An empty answer: every bucket of the run present and empty, with the schema.
+    empty = split_by_bucket(table.schema.empty_table(), 3, 5, micros)
+    assert sorted(empty) == [3, 4] and all(t.num_rows == 0 for t in empty.values())

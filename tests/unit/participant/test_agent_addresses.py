@@ -44,6 +44,9 @@ def test_the_spark_driver_binds_and_advertises_what_it_is_given() -> None:
         (["--spark-master", "127.0.0.1:7077"], "is no Spark master URL"),
         (["--tls-cert", "a.pem"], "give both --tls-cert and --tls-key"),
         (["--tls-cert", "missing.pem", "--tls-key", "missing.pem"], "missing.pem is no file"),
+        (["--bucket-seconds", "0.3"], "0.3 does not divide one second"),
+        (["--bucket-seconds", "0"], "0.0 does not divide one second"),
+        (["--bucket-seconds", "2"], "2.0 does not divide one second"),
     ],
 )
 def test_bad_addresses_are_refused_before_anything_starts(
