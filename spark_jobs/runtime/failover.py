@@ -55,7 +55,7 @@ from app.participant.ports import MovementRecord, TaskRecord
 from spark_jobs.fragments import catalogue
 from spark_jobs.runtime.active import TECHNIQUE as ACTIVE_STANDBY
 from spark_jobs.runtime.active import ActiveReplicas, active_consumer
-from spark_jobs.runtime.host import FragmentSpec
+from spark_jobs.runtime.host import FragmentSpec, StreamRef
 from spark_jobs.runtime.movement import (
     AlreadyShipped,
     MoveAborted,
@@ -149,7 +149,9 @@ class _Shipping:
     location: str
     record: TaskRecord | None = None
     spec: FragmentSpec | None = None
-    held: bool = False
+    # The input logs (location, stream) holding the standby's consumer: an alternate that
+    # did not answer is held on a later period.
+    held: set[tuple[str, str]] = field(default_factory=set)
 
 
 @dataclass
@@ -160,7 +162,8 @@ class AgentFailover:
     ship_every_s: float = SHIP_EVERY_S
     errors: list[str] = field(default_factory=list)
     _shipping: dict[str, _Shipping] = field(default_factory=dict)
-    _backups_held: set[str] = field(default_factory=set)
+    # (fragment, location, stream): the input logs holding a fragment's upstream backup.
+    _backups_held: set[tuple[str, str, str]] = field(default_factory=set)
     # Fragments this agent took over from empty state: their output's batch id space.
     namespaces: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -260,21 +263,35 @@ class AgentFailover:
         if spec is None:
             return
         consumer = standby_consumer(record.name)
-        if not state.held:
-            # Before the fragment acknowledges past what the first copy will replay.
-            for ref in spec.inputs:
+        # Before the fragment acknowledges past what the first copy will replay. Its inputs'
+        # alternates too, and first: the fragment acknowledges there as well (SUnion), and a
+        # restore of the copy whose primary input is cut off reads them. One that does not
+        # answer is held on a later period; a primary that does not answer stops the period.
+        for ref in spec.inputs:
+            for alternate in ref.alternates:
+                log_of = (alternate.location, alternate.stream)
+                if log_of not in state.held and self._at_alternate(
+                    record.name, alternate, consumer
+                ):
+                    state.held.add(log_of)
+        for ref in spec.inputs:
+            if (ref.location, ref.stream) not in state.held:
                 with StreamClient(ref.location, timeout=SHIP_TIMEOUT_S) as client:
                     client.hold(ref.stream, consumer)
-            state.held = True
+                state.held.add((ref.location, ref.stream))
         snapshot = snapshot_running(self.host.runtime, record.name)
         position = committed_offset(snapshot.tree)
         if position is None:
             return
         state.shipper.ship(state.location, snapshot)
         # Only now may the producers trim below the shipped copy's offset.
+        point = position[1]
         for ref in spec.inputs:
             with StreamClient(ref.location, timeout=SHIP_TIMEOUT_S) as client:
-                client.ack(ref.stream, consumer, position[1])
+                client.ack(ref.stream, consumer, point)
+            for alternate in ref.alternates:
+                if (alternate.location, alternate.stream) in state.held:
+                    self._at_alternate(record.name, alternate, consumer, ack=point)
 
     def _keep_backup(self, record: TaskRecord) -> None:
         spec = self.host.spec_of(record)
@@ -282,21 +299,56 @@ class AgentFailover:
             return
         span = _span(record, self.host.bucket_seconds)
         consumer = backup_consumer(record.name)
+        held = self._backups_held
         try:
             with StreamClient(spec.output.location, timeout=SHIP_TIMEOUT_S) as client:
                 emitted = client.info(spec.output.stream)["boundary"]
-            for ref in spec.inputs:
+        except Exception as error:
+            # No point to keep from: the logs are still held (they keep everything).
+            self._note(f"upstream backup of {record.name}: {type(error).__name__}: {error}")
+            emitted = None
+        for ref in spec.inputs:
+            point = None
+            try:
                 with StreamClient(ref.location, timeout=SHIP_TIMEOUT_S) as client:
-                    if record.name not in self._backups_held:
+                    if (record.name, ref.location, ref.stream) not in held:
                         client.hold(ref.stream, consumer)
+                        held.add((record.name, ref.location, ref.stream))
                     ack = client.info(ref.stream)["acks"].get(record.name)
                     point = None if ack is None else backup_point(int(ack), emitted, span)
                     if point is not None:
                         client.ack(ref.stream, consumer, point)
+            except Exception as error:
+                self._note(f"upstream backup of {record.name}: {type(error).__name__}: {error}")
+            # The alternates keep the same window: the fragment acknowledges there too, and a
+            # replay whose primary input is cut off reads them (SUnion). Held even while the
+            # primary does not answer (then not acknowledged: no point known).
+            for alternate in ref.alternates:
+                key = (record.name, alternate.location, alternate.stream)
+                if key not in held and self._at_alternate(record.name, alternate, consumer):
+                    held.add(key)
+                if key in held and point is not None:
+                    self._at_alternate(record.name, alternate, consumer, ack=point)
+
+    def _at_alternate(
+        self, fragment: str, alternate: StreamRef, consumer: str, *, ack: int | None = None
+    ) -> bool:
+        """Hold ``consumer`` at an input's alternate log (with ``ack``: acknowledge there);
+        False, noted, when that fails: an alternate cut off (the case alternates exist for) or
+        whose copy has not begun its log must not stop the standby or backup of the others."""
+        try:
+            with StreamClient(alternate.location, timeout=SHIP_TIMEOUT_S) as client:
+                if ack is None:
+                    client.hold(alternate.stream, consumer)
+                else:
+                    client.ack(alternate.stream, consumer, ack)
         except Exception as error:
-            self._note(f"upstream backup of {record.name}: {type(error).__name__}: {error}")
-            return
-        self._backups_held.add(record.name)
+            self._note(
+                f"{fragment}: alternate {alternate.stream} at {alternate.location}: "
+                f"{type(error).__name__}: {error}"
+            )
+            return False
+        return True
 
     # -- the takeover ----------------------------------------------------------------------
     def fail_over(self, failover: Failover) -> None:

@@ -9,6 +9,7 @@ demo): the session stays warm, only queries stop and start.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
@@ -258,6 +259,12 @@ class FragmentRuntime:
         # Local storage (a path or file:// URI) also serves DPC and standby, which read the tree.
         self.checkpoint_root = self.store.local_root or Path(self.store.root)
         self._pace_root = self.store.local_root or Path(tempfile.gettempdir()) / f"fedload-{name}"
+        # The pace and alternates directories beside the root, and which of them this runtime
+        # made: close() removes those whole (a temporary root would leave them in /tmp), and
+        # from one it found only the files of its own fragments (it may be shared, or left by a
+        # run that crashed; nothing in either survives a restart: see ``_remove_sidecars``).
+        self._sidecar_dirs: dict[Path, bool] = {}
+        self._sidecar_files: set[Path] = set()
         self.server = server if server is not None else StreamServer()
         self.server.handler = self
         self.location = self.server.location
@@ -314,7 +321,7 @@ class FragmentRuntime:
     def pace_file(self, fragment: str) -> Path:
         """Where a warm copy of ``fragment`` paces this host's query (``runtime.pace``): on the
         driver's disk (SUnion plans on the driver), beside the checkpoint root."""
-        return Path(f"{self._pace_root}.pace") / f"{fragment}.json"
+        return self._sidecar(".pace", fragment)
 
     def use_checkpoint_dir(self, fragment: str, directory: Path) -> None:
         """Run ``fragment`` from ``directory`` from now on (a restarted DPC node that had
@@ -495,7 +502,39 @@ class FragmentRuntime:
     def alternates_file(self, fragment: str) -> Path:
         """Where ``fragment``'s inputs' alternates are listed for its source (SUnion's
         ``alternates_file``): on the driver's disk, where SUnion plans, beside the pace files."""
-        return Path(f"{self._pace_root}.alternates") / f"{fragment}.json"
+        return self._sidecar(".alternates", fragment)
+
+    def _sidecar(self, suffix: str, fragment: str) -> Path:
+        """``fragment``'s file in the directory ``<root><suffix>``, made here if it does not
+        exist yet (then this runtime owns it), and remembered for ``close``."""
+        directory = Path(f"{self._pace_root}{suffix}")
+        if directory not in self._sidecar_dirs:
+            try:
+                directory.mkdir(parents=True)
+                self._sidecar_dirs[directory] = True
+            except FileExistsError:
+                self._sidecar_dirs[directory] = False
+        path = directory / f"{fragment}.json"
+        self._sidecar_files.add(path)
+        return path
+
+    def _remove_sidecars(self) -> None:
+        """Remove the pace and alternates files this runtime handed out, and the directories
+        it made. Neither kind outlives a restart: ``_launch`` rewrites a fragment's alternates
+        file before its query reads it (a DPC redo copy started first reads its own spec's
+        alternates without one), and a pace file counts only ``pace.VALID_S`` after the warm
+        copy's last poll, which writes it again."""
+        for path in self._sidecar_files:
+            path.unlink(missing_ok=True)
+        for directory, made in self._sidecar_dirs.items():
+            if made:
+                shutil.rmtree(directory, ignore_errors=True)
+            else:
+                # Another runtime's files (or a crashed run's scratch files) stay; so does it.
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
+        self._sidecar_files.clear()
+        self._sidecar_dirs.clear()
 
     def update_alternates(self, fragment: str, inputs: Sequence[StreamRef]) -> bool:
         """Point the running ``fragment`` (and its copies: DPC's redo) at ``inputs``'
@@ -583,3 +622,5 @@ class FragmentRuntime:
         if self._spark is not None:
             self._spark.streams.removeListener(self._boundaries)
         self.server.shutdown()
+        # After the queries stopped: their sources read these files while they run.
+        self._remove_sidecars()

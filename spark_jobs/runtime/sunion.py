@@ -28,7 +28,10 @@ then passed over bucket by bucket, at bucket edges, with nothing lost or read tw
 copy's log holds only stable rows, so whatever is read from it is stable (the one consumer
 rule's "a STABLE replica first", ``app.availability.consumer``, on the stable logs). Every
 reachable source gets the fragment's acknowledgements, so each keeps what a restart must read
-again. The spool and the offsets are per input, not per source.
+again, each up to its own boundary at most: a source behind (a primary cut off, a copy that
+lags) is not told the fragment consumed buckets it has not completed yet, or what its writer
+appends there later would be trimmed at once. The spool and the offsets are per input, not per
+source.
 
 DPC (optional, ``delay_budget_ms`` set): a bucket some input has not closed is released
 TENTATIVE once the clock passes its end plus the budget (``app.availability.sunion`` decides;
@@ -318,6 +321,8 @@ class SUnionReader(DataSourceStreamReader):
         # and one past the last bucket known to be in the spool.
         self._known: dict[str, dict[str, Any]] = {}
         self._frontier: dict[str, int] = {}
+        # Per source (location/stream): the last bucket acknowledged there (``commit``).
+        self._acked: dict[str, int] = {}
         self._last_now_ms = 0
         # Locations that failed a call, each with a thread probing it until it answers. While a
         # location is suspect nothing calls it on the planning path: a partition is silence, and
@@ -867,9 +872,11 @@ class SUnionReader(DataSourceStreamReader):
             # Every source keeps what this fragment may read again, so every source is told.
             for location, stream in self._sources(i):
                 # Acknowledgements only grow: a later commit sends a later one after the heal.
-                if self.reachable(location):
+                ack = self._source_ack(location, stream, bucket)
+                if ack is not None and self.reachable(location):
                     try:
-                        self._client(location).ack(stream, self.consumer, bucket)
+                        self._client(location).ack(stream, self.consumer, ack)
+                        self._acked[f"{location}/{stream}"] = ack
                     except UNREACHABLE:
                         self._drop(location, stream)
                     except ANSWERED_WITH_ERROR:
@@ -879,6 +886,20 @@ class SUnionReader(DataSourceStreamReader):
             if self.spool is not None:
                 # The spool keeps what the producers keep: a redo reads it again.
                 self.spool.trim(i["location"], i["stream"], bucket)
+
+    def _source_ack(self, location: str, stream: str, bucket: int) -> int | None:
+        """What to acknowledge at one source of an input whose buckets below ``bucket`` are
+        consumed: no more than the source's last known boundary (the buckets below it are all
+        it has complete; an ack past it would trim what its writer appends there later, and
+        move the log's ``first`` back down). None: do not acknowledge there (no boundary known,
+        or below what it was sent before: acknowledgements only grow)."""
+        key = f"{location}/{stream}"
+        boundary = self._known.get(key, {}).get("boundary")
+        if boundary is None:
+            return None
+        ack = min(bucket, int(boundary))
+        before = self._acked.get(key)
+        return None if before is not None and ack < before else ack
 
     def _budget_ms(self, default: int) -> int:
         # Written by the node's poller from the measured batch time (DPCSettings.adaptive_budget).

@@ -21,6 +21,7 @@ from spark_jobs.runtime import (
     SOutput,
     StreamClient,
     StreamRef,
+    pace,
     publish,
     relocate,
 )
@@ -71,6 +72,30 @@ def test_sunion_query_sees_only_buckets_every_input_closed(spark, servers, make_
         host.stop("pass")
         left.close()
         right.close()
+
+
+def test_close_leaves_no_pace_or_alternates_directory_beside_the_root(spark, servers, tmp_path):
+    """A scenario's reference runs on a temporary root: the directories beside it go with the
+    runtime, the checkpoint root stays (a persistent agent restarts from it)."""
+    conns = declare(servers["source"], "conns")
+    declare(servers["home"], "out").close()
+    spec = dataclasses.replace(
+        ports_fragment("pass", servers["source"], "conns", servers["home"], "out"),
+        build=lambda df: df,
+    )
+    root = tmp_path / "A"
+    host = FragmentRuntime("A", spark, root)
+    try:
+        publish(conns, "conns", GENERATOR.seconds(0, 3), BUCKET)
+        host.start(spec, epoch=0).processAllAvailable()
+        # A warm copy paces it (``warm.WarmSource``); its alternates are listed at the start.
+        pace.write(host.pace_file("pass"), host.checkpoint_dir("pass") / "offsets", 0)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["A", "A.alternates", "A.pace"]
+    finally:
+        host.close()
+        conns.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["A"]
+    assert (root / "pass" / "offsets").is_dir()
 
 
 def test_rerun_batch_after_crash_is_written_once(servers, make_runtime):

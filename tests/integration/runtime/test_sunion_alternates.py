@@ -86,10 +86,72 @@ def test_a_bucket_complete_in_any_copy_is_released_and_read_from_it(servers, log
     (part,) = reader.partitions(start, end)
     assert part.source == (servers["home"].location, COPY)
     assert sorted_rows(reader_rows(reader, start, end)) == sorted_rows(data)
-    # Both sources keep what the fragment may read again, so both get its acknowledgement.
+    # Both sources keep what the fragment may read again, so both get its acknowledgement,
+    # each up to its own boundary: the primary has completed two buckets only.
+    reader.commit(end)
+    assert primary.info("up.out")["acks"] == {"down": first + 2}
+    assert copy.info(COPY)["acks"] == {"down": first + 6}
+
+
+def test_a_primary_behind_is_acknowledged_up_to_its_boundary_and_then_as_it_catches_up(
+    servers, logs, make_reader
+):
+    """An ack past a source's boundary would trim what its writer appends there next (and
+    move its ``first`` back below what it dropped): a primary behind gets its boundary."""
+    primary, copy = logs
+    copy.declare(COPY, BUCKET)
+    data = GENERATOR.seconds(0, 8)
+    first = min(b for b, _ in split_buckets(data, BUCKET))
+    reader = make_reader(start_bucket=str(first))
+    publish(primary, "up.out", GENERATOR.seconds(0, 2), BUCKET)
+    publish(copy, COPY, GENERATOR.seconds(0, 6), BUCKET)
+    start = reader.initialOffset()
+    middle = reader.latestOffset(start, None)
+    assert middle == {"bucket": first + 6}
+    reader.commit(middle)
+    assert primary.info("up.out")["boundary"] == first + 2
+    assert primary.info("up.out")["acks"] == {"down": first + 2}
+    assert copy.info(COPY)["acks"] == {"down": first + 6}
+
+    # The primary catches up: what it appends now stays until the fragment has read past it.
+    caught_up = GENERATOR.seconds(2, 6)
+    publish(primary, "up.out", caught_up, BUCKET)
+    assert sorted_rows(primary.read_table("up.out", first + 2, first + 6)) == sorted_rows(caught_up)
+    publish(primary, "up.out", GENERATOR.seconds(6, 8), BUCKET)
+    publish(copy, COPY, GENERATOR.seconds(6, 8), BUCKET)
+    end = reader.latestOffset(middle, None)
+    assert end == {"bucket": first + 8}
+    reader.commit(end)
+    assert primary.info("up.out")["acks"] == {"down": first + 8}
+    assert copy.info(COPY)["acks"] == {"down": first + 8}
+
+
+def test_a_copy_behind_is_acknowledged_up_to_its_boundary_and_none_without_one(
+    servers, logs, make_reader
+):
+    primary, copy = logs
+    copy.declare(COPY, BUCKET)
+    first = min(b for b, _ in split_buckets(GENERATOR.seconds(0, 6), BUCKET))
+    reader = make_reader(start_bucket=str(first))
+    publish(primary, "up.out", GENERATOR.seconds(0, 3), BUCKET)
+    start = reader.initialOffset()
+    middle = reader.latestOffset(start, None)
+    assert middle == {"bucket": first + 3}
+    reader.commit(middle)
+    # The copy has begun its log but completed nothing yet: nothing to acknowledge there.
+    assert copy.info(COPY)["acks"] == {}
+
+    publish(copy, COPY, GENERATOR.seconds(0, 1), BUCKET)
+    publish(primary, "up.out", GENERATOR.seconds(3, 6), BUCKET)
+    end = reader.latestOffset(middle, None)
+    assert end == {"bucket": first + 6}
     reader.commit(end)
     assert primary.info("up.out")["acks"] == {"down": first + 6}
-    assert copy.info(COPY)["acks"] == {"down": first + 6}
+    assert copy.info(COPY)["acks"] == {"down": first + 1}
+    # A later commit that asks for less moves no acknowledgement back.
+    reader.commit(middle)
+    assert copy.info(COPY)["acks"] == {"down": first + 1}
+    assert primary.info("up.out")["acks"] == {"down": first + 6}
 
 
 def test_the_primary_is_read_while_it_holds_the_range(servers, logs, make_reader):
