@@ -76,7 +76,9 @@ def _spec(logs: dict[str, Any]) -> FragmentSpec:
 
 
 def _agent(spec: FragmentSpec, tmp_path: Path) -> AgentFailover:
-    host = SimpleNamespace(name="B", data_dir=tmp_path, spec_of=lambda record: spec, runtime=None)
+    host = SimpleNamespace(
+        name="B", data_dir=tmp_path, spec_of=lambda record: spec, runtime=None, bucket_seconds=1.0
+    )
     # ``active`` given: these tests keep no active replica, and build none.
     return AgentFailover(host=host, active=SimpleNamespace())  # type: ignore[arg-type]
 
