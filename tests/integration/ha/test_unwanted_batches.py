@@ -5,6 +5,7 @@ the query instead of skipping. Real Spark, a stateful aggregation over a memory 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +31,9 @@ def _run(spark: SparkSession, tmp_path: Any, unwanted: Callable[[DataFrame], Non
         .start()
     )
     try:
-        while query.isActive and len(query.recentProgress) < 4:
+        # Bounded: a query that neither progresses nor dies fails the test, never hangs it.
+        deadline = time.monotonic() + 120
+        while query.isActive and len(query.recentProgress) < 4 and time.monotonic() < deadline:
             try:
                 query.awaitTermination(0.5)
             except StreamingQueryException:
