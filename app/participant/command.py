@@ -357,13 +357,10 @@ def agent_command(host_factory: Callable[[], HostFactory]) -> Callable[..., None
         for flag, given in (("--tls-cert", tls_cert), ("--tls-key", tls_key), ("--tls-ca", tls_ca)):
             if given is not None and not given.is_file():
                 raise typer.BadParameter(f"{given} is no file", param_hint=flag)
-        count = round(1.0 / bucket_seconds) if bucket_seconds > 0 else 0
-        if not 0.01 <= bucket_seconds <= 1.0 or abs(count * bucket_seconds - 1.0) > 1e-9:
-            raise typer.BadParameter(
-                f"{bucket_seconds} does not divide one second into buckets of at least 10 ms "
-                "(e.g. 0.1, 0.2, 0.25, 0.5, 1)",
-                param_hint="--bucket-seconds",
-            )
+        try:
+            buckets_per_second(bucket_seconds)
+        except ValueError as error:
+            raise typer.BadParameter(str(error), param_hint="--bucket-seconds") from error
         # Now, in one line, rather than after contacting the service and starting the host.
         ensure_free_port(listen_host, listen_port, "--listen")
         model = None
@@ -411,6 +408,19 @@ def advertised_host(listen: str, advertise: str | None) -> str:
         host, sep, port = text.rpartition(":")
         return host if sep and port.isdigit() else text
     return parse_address(listen)[0]
+
+
+def buckets_per_second(bucket_seconds: float) -> int:
+    """How many buckets make a second; ValueError unless the bucket divides a second (a
+    source generates a second at a time, and windows are whole seconds)."""
+    if not 0.01 <= bucket_seconds <= 1.0:
+        raise ValueError(f"bucket_seconds must be between 0.01 and 1, got {bucket_seconds}")
+    count = round(1.0 / bucket_seconds)
+    if abs(count * bucket_seconds - 1.0) > 1e-9:
+        raise ValueError(
+            f"bucket_seconds must divide one second (0.1, 0.2, 0.25, 0.5, 1), got {bucket_seconds}"
+        )
+    return count
 
 
 def parse_address(address: str) -> tuple[str, int]:

@@ -53,6 +53,7 @@ from app.participant.command import (
     AgentContext,
     HostFailure,
     advertised_host,
+    buckets_per_second,
     parse_address,
 )
 from app.participant.ports import Host, MovementRecord, Mover, Received, TaskRecord
@@ -190,19 +191,6 @@ class _Publisher:
                     client.append(self.stream, part, boundary=first + index + 1)
                 second += 1
                 self.published = second
-
-
-def buckets_per_second(bucket_seconds: float) -> int:
-    """How many buckets make a second; ValueError unless the bucket divides a second (the
-    generator makes a second at a time, and windows are whole seconds)."""
-    if not 0.01 <= bucket_seconds <= 1.0:
-        raise ValueError(f"bucket_seconds must be between 0.01 and 1, got {bucket_seconds}")
-    count = round(1.0 / bucket_seconds)
-    if abs(count * bucket_seconds - 1.0) > 1e-9:
-        raise ValueError(
-            f"bucket_seconds must divide one second (0.1, 0.2, 0.25, 0.5, 1), got {bucket_seconds}"
-        )
-    return count
 
 
 def generator_of(params: Mapping[str, Any]) -> ConnectionGenerator:

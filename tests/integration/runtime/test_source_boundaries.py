@@ -11,8 +11,9 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pytest
 
+from app.participant.command import buckets_per_second
 from spark_jobs.generators import bucket_of
-from spark_jobs.runtime.participant_host import _Publisher, buckets_per_second, generator_of
+from spark_jobs.runtime.participant_host import _Publisher, generator_of
 from spark_jobs.runtime.transport import StreamClient, StreamServer
 
 STREAM = "O.conns.out"

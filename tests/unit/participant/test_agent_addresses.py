@@ -44,9 +44,9 @@ def test_the_spark_driver_binds_and_advertises_what_it_is_given() -> None:
         (["--spark-master", "127.0.0.1:7077"], "is no Spark master URL"),
         (["--tls-cert", "a.pem"], "give both --tls-cert and --tls-key"),
         (["--tls-cert", "missing.pem", "--tls-key", "missing.pem"], "missing.pem is no file"),
-        (["--bucket-seconds", "0.3"], "0.3 does not divide one second"),
-        (["--bucket-seconds", "0"], "0.0 does not divide one second"),
-        (["--bucket-seconds", "2"], "2.0 does not divide one second"),
+        (["--bucket-seconds", "0.3"], "must divide one second (0.1, 0.2, 0.25, 0.5, 1), got 0.3"),
+        (["--bucket-seconds", "0"], "must be between 0.01 and 1, got 0.0"),
+        (["--bucket-seconds", "2"], "must be between 0.01 and 1, got 2.0"),
     ],
 )
 def test_bad_addresses_are_refused_before_anything_starts(
