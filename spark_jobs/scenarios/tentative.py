@@ -424,9 +424,14 @@ def copy_settled(
     offset_s, bucket_s = float(state["clock_offset_ms"]) / 1000, bucket_seconds(state)
     past = heal_at + float(state["max_delay_seconds"])
     return any(
-        not tentative and int(end) * bucket_s + offset_s >= past
+        not tentative and bucket_end(int(end) - 1, bucket_s, offset_s) >= past
         for end, tentative, _ in state["batches"]
     )
+
+
+def bucket_end(bucket: int, bucket_s: float, offset_s: float) -> float:
+    """When a copy's input bucket ended on the wall clock (its clock mapped back)."""
+    return (bucket + 1) * bucket_s + offset_s
 
 
 def bucket_seconds(state: dict[str, Any]) -> float:
@@ -447,7 +452,7 @@ def node_latencies(holder: dict[str, Any]) -> dict[int, tuple[float, bool]]:
         for bucket in range(lo, end):
             if bucket not in first:
                 first[bucket] = (
-                    float(sent_at) - ((bucket + 1) * bucket_s + offset_s),
+                    float(sent_at) - bucket_end(bucket, bucket_s, offset_s),
                     bool(tentative),
                 )
         previous_end = end if previous_end is None else max(previous_end, end)
@@ -468,7 +473,7 @@ class CopyLatency:
 
     def ends_at(self, bucket: int) -> float:
         """When ``bucket`` ended on the wall clock (the copy's clock mapped back)."""
-        return (bucket + 1) * self.bucket_s + self.offset_s
+        return bucket_end(bucket, self.bucket_s, self.offset_s)
 
     @classmethod
     def of(cls, holder: dict[str, Any], started: float, failure_at: float) -> CopyLatency:
@@ -476,7 +481,7 @@ class CopyLatency:
         offset_s, bucket_s = float(holder["clock_offset_ms"]) / 1000, bucket_seconds(holder)
 
         def ends_at(bucket: int) -> float:
-            return (bucket + 1) * bucket_s + offset_s
+            return bucket_end(bucket, bucket_s, offset_s)
 
         before = [
             lat
