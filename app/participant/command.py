@@ -330,7 +330,10 @@ def agent_command(host_factory: Callable[[], HostFactory]) -> Callable[..., None
     ) -> None:
         """Run one participant: host its fragments, heartbeat, answer offers, shed load."""
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-        logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request drowns the log
+        # A line per request (httpx) or per callback from the JVM (py4j: each batch of each
+        # query) drowns the log, and a failed scenario prints only its last lines.
+        for chatty in ("httpx", "py4j"):
+            logging.getLogger(chatty).setLevel(logging.WARNING)
         try:
             listen_host, listen_port = parse_address(listen)
         except ValueError as error:

@@ -52,7 +52,10 @@ def running(
             yield admin
         except BaseException:
             for name, agent in fed.agents.items():
-                console.print(f"--- {name}'s agent log ---\n{agent.tail(30)}")
+                # A log line is text, not Rich markup ("[/...]" in one would raise here).
+                console.print(
+                    f"--- {name}'s agent log ---\n{agent.tail(30)}", markup=False, highlight=False
+                )
             raise
         finally:
             admin.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -132,10 +133,31 @@ class Managed:
             self._log = None
 
     def tail(self, lines: int = 30) -> str:
+        """The log's last ``lines`` lines, each run of JVM stack frames folded into one line: a
+        Java trace is a hundred frames, and a tail of frames hides the message that says what
+        failed (a failed CI run printed nothing else)."""
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+            text = self.log_path.read_text(errors="replace")
         except OSError:
             return ""
+        return "\n".join(fold_stack_frames(text.splitlines())[-lines:])
+
+
+_STACK_FRAME = re.compile(r"^\s+(at \S|\.\.\. \d+ more)")
+
+
+def fold_stack_frames(lines: Sequence[str]) -> list[str]:
+    folded: list[str] = []
+    frames = 0
+    for line in [*lines, ""]:
+        if _STACK_FRAME.match(line):
+            frames += 1
+            continue
+        if frames:
+            folded.append(f"        [{frames} stack frames]")
+            frames = 0
+        folded.append(line)
+    return folded[:-1]
 
 
 def _json_lines(path: Path) -> list[dict[str, Any]]:
