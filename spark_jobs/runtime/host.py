@@ -421,6 +421,10 @@ class FragmentRuntime:
             .schema(spec.input_schema)
             .option("inputs", json.dumps(inputs))
             .option("consumer", spec.name)
+            # Always: the reader's default (1 s) against logs of 100 ms buckets would read
+            # every bucket number as another time (a DPC node's options said it; a plain
+            # fragment's did not until the reader compared widths).
+            .option("bucket_ms", str(round(spec.bucket_seconds * 1000)))
         )
         if replay_from is not None:
             reader = reader.option("start_bucket", str(replay_from))

@@ -124,7 +124,7 @@ from app.availability.tuples import Message
 from app.dataplane.tokens import READ, Grant
 from spark_jobs.runtime import follow, pace
 from spark_jobs.runtime.dataplane import FileTokens, FixedToken, TokenSource
-from spark_jobs.runtime.transport import StreamClient
+from spark_jobs.runtime.transport import BucketWidthMismatch, StreamClient
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +182,20 @@ def split_by_bucket(table: pa.Table, lo: int, hi: int, bucket_micros: int) -> di
         last = int(np.searchsorted(numbers, b, side="right"))
         out[b] = table.slice(first, last - first)
     return out
+
+
+def same_width(info: dict[str, Any], bucket_ms: int, where: str) -> dict[str, Any]:
+    """``info`` of the log at ``where`` if its buckets are ``bucket_ms`` wide (a log that does
+    not say is taken as is). Read at another width, every bucket number would mean other rows:
+    refused with what differs, before a single row is read."""
+    width_us = info.get("bucket_us")
+    if width_us is not None and int(width_us) != bucket_ms * 1000:
+        raise BucketWidthMismatch(
+            f"{where} has buckets of {int(width_us) / 1e6:g} s, but this fragment reads "
+            f"{bucket_ms / 1000:g} s buckets: every agent of a federation must run with the same "
+            "--bucket-seconds"
+        )
+    return info
 
 
 class Spool:
@@ -440,7 +454,7 @@ class SUnionReader(DataSourceStreamReader):
             blocking = f"blocking:{location}"
             if blocking not in self._clients:
                 self._clients[blocking] = StreamClient(location, **self._credentials())
-            self._known[key] = self._clients[blocking].info(stream)
+            self._known[key] = same_width(self._clients[blocking].info(stream), self.bucket_ms, key)
             return self._known[key]
         if self.reachable(location):
             # The one call every trigger makes on the planning path, a few bytes each way: its
@@ -455,7 +469,9 @@ class SUnionReader(DataSourceStreamReader):
                 timeout = self.info_timeout_s if dpc else self.call_timeout_s
                 self._clients[planning] = TimedClient(location, timeout, **self._credentials())
             try:
-                self._known[key] = self._clients[planning].info(stream)
+                self._known[key] = same_width(
+                    self._clients[planning].info(stream), self.bucket_ms, key
+                )
             except UNREACHABLE:
                 self._clients.pop(planning).close()
                 self._drop(location, stream)
@@ -601,7 +617,7 @@ class SUnionReader(DataSourceStreamReader):
             for location, stream in self._sources(i):
                 timed = TimedClient(location, self.call_timeout_s, **self._credentials())
                 try:
-                    return timed.info(stream)
+                    return same_width(timed.info(stream), self.bucket_ms, f"{location}/{stream}")
                 except UNREACHABLE:
                     continue
                 except ANSWERED_WITH_ERROR:
@@ -611,7 +627,8 @@ class SUnionReader(DataSourceStreamReader):
                 finally:
                     timed.close()
         with StreamClient(i["location"], **self._credentials()) as client:
-            return client.info(i["stream"])
+            where = f"{i['location']}/{i['stream']}"
+            return same_width(client.info(i["stream"]), self.bucket_ms, where)
 
     def _now_ms(self) -> int:
         if self.clock_location is not None and self.clock_stream is not None:

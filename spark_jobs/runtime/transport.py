@@ -98,6 +98,10 @@ class TransferError(RuntimeError):
     """A checkpoint transfer was refused (size or checksum mismatch, unknown movement)."""
 
 
+class BucketWidthMismatch(ValueError):
+    """A log declared, or read, at a bucket width other than its own."""
+
+
 class AccessRefused(PermissionError):
     """The serving endpoint refused the call's data-plane token (see the module docstring)."""
 
@@ -124,8 +128,19 @@ class StreamLog:
         self._streams: dict[str, _Stream] = {}
 
     def declare(self, stream: str, bucket_seconds: float) -> None:
+        """Create ``stream`` with buckets of ``bucket_seconds`` (again: nothing changes). A
+        second declaration at another width is refused: every bucket number of the log, its
+        boundary and its consumers' acknowledgements mean a width, and agents of one federation
+        run with different ``--bucket-seconds`` only by mistake."""
+        micros = round(bucket_seconds * 1_000_000)
         with self._lock:
-            self._streams.setdefault(stream, _Stream(round(bucket_seconds * 1_000_000)))
+            existing = self._streams.setdefault(stream, _Stream(micros))
+            if existing.bucket_micros != micros:
+                raise BucketWidthMismatch(
+                    f"{stream} has buckets of {existing.bucket_micros / 1e6:g} s, not "
+                    f"{bucket_seconds:g} s: every agent of a federation must run with the same "
+                    "--bucket-seconds"
+                )
 
     def _get(self, stream: str) -> _Stream:
         try:
@@ -187,6 +202,7 @@ class StreamLog:
             s = self._get(stream)
             rows = sum(b.num_rows for batches in s.buckets.values() for b in batches)
             return {
+                "bucket_us": s.bucket_micros,
                 "boundary": s.boundary,
                 "first": s.first,
                 "fence": s.fence,
@@ -453,7 +469,10 @@ class StreamServer(flight.FlightServerBase):
         kind = action.type
         result: Any = None
         if kind == "declare":
-            self.log.declare(body["stream"], float(body["bucket_seconds"]))
+            try:
+                self.log.declare(body["stream"], float(body["bucket_seconds"]))
+            except BucketWidthMismatch as error:
+                raise flight.FlightServerError(str(error)) from error
         elif kind == "info":
             result = self.log.info(body["stream"])
         elif kind == "ack":
