@@ -6,6 +6,8 @@ tell a lost race (409) from a bug (422).
 
 from __future__ import annotations
 
+import random
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -14,6 +16,8 @@ import httpx
 
 # Items per page when a list is read whole: the service's maximum, fewest round trips.
 PAGE_SIZE = 500
+# Attempts of a blind write that lost an optimistic-lock race to an unrelated request.
+STALE_RETRIES = 4
 
 
 class ApiError(RuntimeError):
@@ -117,9 +121,24 @@ class FedloadClient:
         return self._list("/v1/replicas")
 
     def report_replica_state(self, task: str, state: str) -> dict[str, Any]:
-        """This participant's replica of ``task`` is in DPC state ``state``."""
+        """This participant's replica of ``task`` is in DPC state ``state``.
+
+        A report is the holder's own state, written blind (no version read first): a 409 for a
+        concurrent change says another request touched a row the report also writes (the
+        owner's balance, when two holders are paid at once: every few seconds with two active
+        copies), so the report is sent again, a few times, before the error is the caller's."""
         path = f"/v1/replicas/{quote(task, safe='')}/state"
-        return dict(self._call("PUT", path, json={"state": state}))
+        for attempt in range(STALE_RETRIES):
+            try:
+                return dict(self._call("PUT", path, json={"state": state}))
+            except ApiError as error:
+                if not (error.status == 409 and error.field == "version"):
+                    raise
+                if attempt == STALE_RETRIES - 1:
+                    raise
+                # Apart: two holders that collided once would collide again in step.
+                time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
+        raise AssertionError("unreachable")
 
     # reconciliation permits (the registry's arbiter)
     def request_permit(self, fragment: str, replica: str) -> dict[str, Any]:
