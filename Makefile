@@ -20,7 +20,7 @@ demo: $(STAMP)
 
 test: $(STAMP) browser
 	$(PY) -m tests.prerequisites
-	$(PY) -m pytest --durations=25
+	$(PY) -m pytest --durations=60
 
 # The browser tests drive Debian's chromium (never a downloaded browser). Install it where it is
 # missing and we may (root); otherwise the prerequisite check says what to do.

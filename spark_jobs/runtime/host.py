@@ -112,9 +112,14 @@ class _BoundaryPublisher(ProgressListener):
             return
         try:
             with StreamClient(location) as client:
-                client.advance(stream, boundary, epoch)
+                client.advance(stream, boundary, epoch, bucket_seconds)
         except Exception as error:  # a fenced old host, or the log's host is gone: not fatal
-            self.errors.append(f"{stream}: {error}")
+            message = f"{stream}: {error}"
+            if message not in self.errors:
+                # Once per distinct error: a fenced host or a width mismatch repeats at every
+                # batch, and one line says it (the list was kept and never shown before).
+                log.warning("BOUNDARY of %s", message)
+            self.errors = [*self.errors[-49:], message]
 
 
 def _credential_options(spec: FragmentSpec) -> dict[str, str]:

@@ -224,10 +224,23 @@ class StreamLog:
                 # bucket that is gone, or its first read would ask for dropped data.
                 s.first = low
 
-    def advance(self, stream: str, boundary: int, epoch: int | None = None) -> None:
-        """A BOUNDARY: no more rows below bucket ``boundary``; fenced like a write."""
+    def advance(
+        self,
+        stream: str,
+        boundary: int,
+        epoch: int | None = None,
+        bucket_seconds: float | None = None,
+    ) -> None:
+        """A BOUNDARY: no more rows below bucket ``boundary``; fenced like a write. A writer
+        that says the width it counted ``boundary`` in is refused at another width."""
         with self._lock:
             s = self._get(stream)
+            if bucket_seconds is not None and round(bucket_seconds * 1_000_000) != s.bucket_micros:
+                raise BucketWidthMismatch(
+                    f"{stream} has buckets of {s.bucket_micros / 1e6:g} s, but its writer counts "
+                    f"{bucket_seconds:g} s buckets: every agent of a federation must run with "
+                    "the same --bucket-seconds"
+                )
             if epoch is not None and epoch < s.fence:
                 raise FencedError(f"{stream}: epoch {epoch} is fenced (current fence {s.fence})")
             s.boundary = boundary if s.boundary is None else max(s.boundary, boundary)
@@ -481,9 +494,16 @@ class StreamServer(flight.FlightServerBase):
             self.log.fence(body["stream"], int(body["epoch"]))
         elif kind == "advance":
             try:
-                self.log.advance(body["stream"], int(body["boundary"]), body.get("epoch"))
+                self.log.advance(
+                    body["stream"],
+                    int(body["boundary"]),
+                    body.get("epoch"),
+                    body.get("bucket_seconds"),
+                )
             except FencedError as error:
                 raise flight.FlightUnauthorizedError(str(error)) from error
+            except BucketWidthMismatch as error:
+                raise flight.FlightServerError(str(error)) from error
         elif kind == "discard_checkpoint":
             result = self.discard_checkpoint(body["fragment"], int(body["movement"]))
         elif kind in ("release", "reinstate", "retire"):
@@ -653,10 +673,23 @@ class StreamClient:
     def fence(self, stream: str, epoch: int) -> None:
         self._action("fence", _on_stream(FENCE, stream), stream=stream, epoch=epoch)
 
-    def advance(self, stream: str, boundary: int, epoch: int | None = None) -> None:
+    def advance(
+        self,
+        stream: str,
+        boundary: int,
+        epoch: int | None = None,
+        bucket_seconds: float | None = None,
+    ) -> None:
+        """``bucket_seconds``: the width ``boundary`` counts in, checked against the log's."""
+        extra = {} if bucket_seconds is None else {"bucket_seconds": bucket_seconds}
         try:
             self._action(
-                "advance", _on_stream(APPEND, stream), stream=stream, boundary=boundary, epoch=epoch
+                "advance",
+                _on_stream(APPEND, stream),
+                stream=stream,
+                boundary=boundary,
+                epoch=epoch,
+                **extra,
             )
         except flight.FlightUnauthorizedError as error:
             raise _refusal(error) from error

@@ -71,3 +71,13 @@ def test_a_log_that_does_not_say_its_width_is_taken_as_is() -> None:
     info = {"boundary": 3, "first": 0}
     assert same_width(info, 100, "x/y") is info
     assert same_width({**info, "bucket_us": 100_000}, 100, "x/y")["boundary"] == 3
+
+
+def test_a_writer_counting_boundaries_at_another_width_is_refused(servers) -> None:
+    with StreamClient(servers["source"].location) as owner:
+        owner.declare("up.out", 0.1)
+        owner.advance("up.out", 50, bucket_seconds=0.1)
+        owner.advance("up.out", 60)  # a writer that does not say is taken as is
+        with pytest.raises(flight.FlightServerError, match="its writer counts 1 s buckets"):
+            owner.advance("up.out", 6, bucket_seconds=1.0)
+        assert owner.info("up.out")["boundary"] == 60

@@ -10,7 +10,7 @@ from spark_jobs.scenarios.processes import Managed, fold_stack_frames
 TRACE = [
     "2026-11-27 09:25:38,837 app.participant.runtime G.x failed: Py4JJavaError",
     "org.apache.spark.SparkException: Job aborted due to stage failure: lost task",
-    *["        at org.apache.spark.Frame{0}(Frame.scala:{0})".format(n) for n in range(50)],
+    *[f"        at org.apache.spark.Frame{n}(Frame.scala:{n})" for n in range(50)],
     "Caused by: java.io.InvalidClassException: local class incompatible",
     "\tat java.base/java.io.ObjectInputStream.readObject(ObjectInputStream.java:509)",
     "\t... 34 more",
