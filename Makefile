@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m spark_jobs.worker_path
 	@touch $(STAMP)
 
 demo: $(STAMP)
