@@ -17,6 +17,7 @@ from pyspark.sql.types import StringType
 
 from spark_jobs.worker_path import HOOK_LINE, KEEP_ZIPS, hook_path, installed
 
+PRINT_PACKAGES = "import pyspark, py4j; print(pyspark.__file__); print(py4j.__file__)"
 SPARK_ZIPS = Path(pyspark.__file__).parent / "python" / "lib"
 
 
@@ -31,7 +32,7 @@ def test_a_process_started_as_spark_starts_them_imports_the_installed_package() 
     assert any(z.endswith("pyspark.zip") for z in zips) and len(zips) == 2, zips
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(zips)}
     found = subprocess.run(
-        [sys.executable, "-c", "import pyspark, py4j; print(pyspark.__file__); print(py4j.__file__)"],
+        [sys.executable, "-c", PRINT_PACKAGES],
         env=env,
         capture_output=True,
         text=True,
