@@ -100,6 +100,7 @@ gone, so the source must not fail the query when a producer cannot be reached:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -107,7 +108,7 @@ import threading
 import time
 import urllib.parse
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -204,9 +205,11 @@ class Spool:
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
+        # Folders known to exist: at 100 ms buckets a makedirs per put was a syscall per bucket.
+        self._made: set[str] = set()
 
     def _folder(self, location: str, stream: str) -> str:
-        return os.path.join(self.directory, urllib.parse.quote(f"{location}/{stream}", safe=""))
+        return _spool_folder(self.directory, location, stream)
 
     def path(self, location: str, stream: str, bucket: int) -> str:
         return os.path.join(self._folder(location, stream), f"{bucket}.arrow")
@@ -214,9 +217,28 @@ class Spool:
     def has(self, location: str, stream: str, bucket: int) -> bool:
         return os.path.exists(self.path(location, stream, bucket))
 
+    def buckets(self, location: str, stream: str) -> set[int]:
+        """The input's spooled buckets, in one directory listing: a ``has`` per bucket cost a
+        ``stat`` each, several per bucket and trigger at 100 ms buckets. A snapshot: a bucket
+        spooled or trimmed after it is not in it (callers treat a bucket missing here as not
+        spooled, which is what ``has`` answered a moment earlier too)."""
+        try:
+            names = os.listdir(self._folder(location, stream))
+        except FileNotFoundError:
+            return set()
+        found = set()
+        for name in names:
+            stem = name.removesuffix(".arrow")
+            # Temp files start with a dot and end .tmp: whole files only.
+            if name.endswith(".arrow") and stem.lstrip("-").isdigit():
+                found.add(int(stem))
+        return found
+
     def put(self, location: str, stream: str, bucket: int, table: pa.Table) -> None:
         folder = self._folder(location, stream)
-        os.makedirs(folder, exist_ok=True)
+        if folder not in self._made:
+            os.makedirs(folder, exist_ok=True)
+            self._made.add(folder)
         final = self.path(location, stream, bucket)
         # A unique temp name: the serving query and a redo copy may spool the same bucket at
         # once; both write the same rows, and the rename makes either one whole.
@@ -238,6 +260,44 @@ class Spool:
             if name.endswith(".arrow") and stem.lstrip("-").isdigit() and int(stem) < below:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(folder, name))
+
+
+@functools.lru_cache(maxsize=256)
+def _spool_folder(directory: str, location: str, stream: str) -> str:
+    # Quoting the name cost more than the file's stat at 100 ms buckets: once per input.
+    return os.path.join(directory, urllib.parse.quote(f"{location}/{stream}", safe=""))
+
+
+# A coalesced batch grows to at most this many rows (a catch-up batch over a long backlog must
+# not become one huge copy).
+COALESCE_ROWS = 1 << 16
+
+
+def coalesce(
+    batches: Iterable[pa.RecordBatch], max_rows: int = COALESCE_ROWS
+) -> Iterator[pa.RecordBatch]:
+    """The same rows, in the same order, in fewer batches: runs of consecutive non-empty batches
+    with one schema become one batch of at most ``max_rows`` rows (a batch bigger than that
+    alone stays whole); empty batches are dropped. At 100 ms buckets a range held a spooled
+    batch per bucket, and each one paid the conforming and Spark's per-batch handling."""
+    run: list[pa.RecordBatch] = []
+    rows = 0
+
+    def flush() -> Iterator[pa.RecordBatch]:
+        if len(run) == 1:
+            yield run[0]
+        elif run:
+            yield pa.Table.from_batches(run).combine_chunks().to_batches()[0]
+
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        if run and (batch.schema != run[0].schema or rows + batch.num_rows > max_rows):
+            yield from flush()
+            run, rows = [], 0
+        run.append(batch)
+        rows += batch.num_rows
+    yield from flush()
 
 
 def checked_alternates(alternates: Any, where: str) -> list[dict[str, str]]:
@@ -525,8 +585,10 @@ class SUnionReader(DataSourceStreamReader):
         there (where a cut or the end stopped it)."""
         assert self.spool is not None
         location, stream = i["location"], i["stream"]  # the input's, whichever source gives it
+        # One listing per call, not a stat per bucket (what this call puts is added to it).
+        spooled = self.spool.buckets(location, stream) if bucket < upto else set()
         while bucket < upto:
-            if self.spool.has(location, stream, bucket):
+            if bucket in spooled:
                 bucket += 1
                 continue
             # The run of buckets not spooled yet, in one call: a call per bucket cost a Flight
@@ -534,11 +596,7 @@ class SUnionReader(DataSourceStreamReader):
             # seconds of latestOffset, during which nothing was released (the copies went
             # tentative at start-up).
             end = bucket + 1
-            while (
-                end < upto
-                and end - bucket < SPOOL_READ_BUCKETS
-                and not self.spool.has(location, stream, end)
-            ):
+            while end < upto and end - bucket < SPOOL_READ_BUCKETS and end not in spooled:
                 end += 1
             tables = self._read_complete_range(i, bucket, end) if end > bucket + 1 else None
             if tables is None:
@@ -550,6 +608,7 @@ class SUnionReader(DataSourceStreamReader):
                 tables = {bucket: table}
             for number, table in tables.items():
                 self.spool.put(location, stream, number, table)
+                spooled.add(number)
             bucket += len(tables)
         return bucket
 
@@ -802,9 +861,8 @@ class SUnionReader(DataSourceStreamReader):
         # UTC throughout (the session time zone and the generator agree).
         target = to_arrow_schema(self.schema, timezone="UTC")
         kinded = KIND_COLUMN in target.names
-        for batch in self._batches(partition):
-            if batch.num_rows:
-                yield self._conform(batch, partition, target, kinded)
+        for batch in coalesce(self._batches(partition)):
+            yield self._conform(batch, partition, target, kinded)
 
     def _conform(
         self, batch: pa.RecordBatch, partition: BucketRange, target: pa.Schema, kinded: bool
@@ -825,16 +883,16 @@ class SUnionReader(DataSourceStreamReader):
         from the producer (a fresh client per task: read() runs in executor workers on a
         pickled copy). An unreachable producer is tolerated only for a tentative run."""
         spool, lo, hi = self.spool, partition.lo, partition.hi
+        # Listed once: the driver spooled the range's stable part before planning the batch.
+        spooled = spool.buckets(partition.location, partition.stream) if spool else set()
         bucket = lo
         while bucket < hi:
-            if spool is not None and spool.has(partition.location, partition.stream, bucket):
+            if spool is not None and bucket in spooled:
                 yield from spool.get(partition.location, partition.stream, bucket)
                 bucket += 1
                 continue
             end = bucket + 1
-            while end < hi and not (
-                spool is not None and spool.has(partition.location, partition.stream, end)
-            ):
+            while end < hi and end not in spooled:
                 end += 1
             yield from self._live(partition, bucket, end)
             bucket = end
