@@ -15,7 +15,7 @@ import time
 
 from pyspark.sql import SparkSession
 
-from app.java import require_java
+from app.java import require_java, with_quick_jit
 from spark_jobs.code_archive import code_archive
 
 LOOPBACK = "127.0.0.1"
@@ -60,7 +60,7 @@ def build_session(
 ) -> SparkSession:
     """``ship_code`` (default: on for any master but local) adds a zip of fedload's packages to
     ``spark.submit.pyFiles``, so executors on workers without fedload installed import it."""
-    extra = dict(extra or {})
+    extra = with_quick_jit(dict(extra or {}))
     # Say in one line that Java is missing (and how to install it) instead of PySpark's
     # launcher failing with JAVA_GATEWAY_EXITED after the shell script's own messages.
     require_java()
