@@ -13,12 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from app.java import QUICK_JIT_ENV
 from tests.support.components import require_java
-
-# Every Spark JVM of the run (this process's and each agent's it starts) lives minutes: C1 only
-# (``app.java.QUICK_JIT_ENV``). Set before any process starts, so the agents inherit it.
-os.environ.setdefault(QUICK_JIT_ENV, "1")
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -15,7 +15,6 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
-from app.java import QUICK_JIT_OPTION
 from spark_jobs.worker_path import HOOK_LINE, KEEP_ZIPS, hook_path, installed
 
 PRINT_PACKAGES = "import pyspark, py4j; print(pyspark.__file__); print(py4j.__file__)"
@@ -60,10 +59,3 @@ def test_spark_s_own_python_workers_import_the_installed_package(spark) -> None:
     where = F.udf(lambda _: __import__("pyspark").__file__, StringType())
     files = {row[0] for row in spark.range(2).select(where("id")).collect()}
     assert files == {pyspark.__file__}, files
-
-
-@pytest.mark.spark
-def test_the_test_run_s_jvm_compiles_with_c1_only(spark) -> None:
-    # tests/conftest.py sets QUICK_JIT_ENV for the run; the JVM says what it was started with.
-    runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
-    assert QUICK_JIT_OPTION in list(runtime.getInputArguments())
