@@ -327,7 +327,9 @@ def _run(
                 wait_until(
                     f"{holder}'s log to pass what it processed",
                     functools.partial(log_corrected, holder),
-                    60,
+                    # At load 20 a copy that reconciled last still trailed its tentative span
+                    # 60 s after it was STABLE again (session 27).
+                    180,
                     every=1.0,
                 )
         with contextlib.suppress(TimeoutError):
