@@ -905,7 +905,7 @@ class DPCFragment:
         leaves within X even on a busy machine.
         Written for the source (option ``budget_file``) when it moves by 50 ms or more."""
         try:
-            progress = self.query().recentProgress[-10:]
+            progress = self.runtime.recent_progress(self.spec.name, last=10)
         except KeyError:
             progress = []
         durations = [int(p["durationMs"].get("triggerExecution", 0)) for p in progress]
@@ -1053,7 +1053,7 @@ class DPCFragment:
         # checkpoint the redo restores, and the rows in the serving query's state store.
         record["checkpoint_bytes"] = len(packed.data)
         try:
-            recent = self.query().recentProgress
+            recent = self.runtime.recent_progress(self.spec.name)
         except KeyError:
             recent = []
         record["state_rows"] = (

@@ -33,7 +33,7 @@ from pyspark.sql.types import StructType
 
 from spark_jobs.runtime.checkpoint_store import CheckpointStore
 from spark_jobs.runtime.dataplane import client_defaults
-from spark_jobs.runtime.listeners import ProgressListener
+from spark_jobs.runtime.listeners import ProgressBook, ProgressListener
 from spark_jobs.runtime.soutput import Mirror, SOutput, read_mirror, read_namespace
 from spark_jobs.runtime.sunion import SUnionDataSource
 from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient, StreamServer
@@ -97,9 +97,13 @@ class _BoundaryPublisher(ProgressListener):
         # Sinks that may hold the boundary back (DPC: no BOUNDARY while output is tentative).
         self.sinks: dict[str, SOutput] = {}
         self.errors: list[str] = []
+        # Every query's recent progress, for pollers (see ``listeners``): one listener delivers
+        # it, so each batch crosses from the JVM once.
+        self.book = ProgressBook()
 
     def onQueryProgress(self, event: Any) -> None:
         progress = event.progress
+        self.book.record(progress)
         target = self.outputs.get(str(progress.id))
         if target is None:
             return
@@ -191,6 +195,8 @@ class _Running:
     query: StreamingQuery
     sink: SOutput
     epoch: int
+    # Asked once: the run's key in the progress book (each ask of the query is a Py4J call).
+    run_id: str
 
 
 def stop_after_commit(query: StreamingQuery, timeout: float = 30.0) -> None:
@@ -339,6 +345,11 @@ class FragmentRuntime:
     def query(self, fragment: str) -> StreamingQuery:
         return self._running[fragment].query
 
+    def recent_progress(self, fragment: str, last: int | None = None) -> list[Any]:
+        """The running query's latest progress reports, oldest first (``recentProgress`` without
+        its cost: see ``listeners``); KeyError for a fragment not started here."""
+        return self._boundaries.book.recent(self._running[fragment].run_id, last)
+
     def started(self) -> list[str]:
         """Fragments (and copies) started here and not stopped since, whether running or not."""
         return list(self._running)
@@ -466,7 +477,7 @@ class FragmentRuntime:
             spec.bucket_seconds,
         )
         self._boundaries.sinks[str(query.id)] = sink
-        self._running[slot] = _Running(spec, query, sink, epoch)
+        self._running[slot] = _Running(spec, query, sink, epoch, str(query.runId))
         if slot == spec.name:
             self._specs[spec.name] = spec
         return query
@@ -579,6 +590,7 @@ class FragmentRuntime:
         self._copy_dirs.pop(fragment, None)
         if running is not None:
             stop_after_commit(running.query)
+            self._boundaries.book.forget(running.run_id)
             self._boundaries.outputs.pop(str(running.query.id), None)
             self._boundaries.sinks.pop(str(running.query.id), None)
 

@@ -696,7 +696,7 @@ class SparkParticipantHost:
 
     def _measured(self, task: TaskRecord) -> float:
         try:
-            progress = self.runtime.query(task.name).recentProgress
+            progress = self.runtime.recent_progress(task.name)
         except KeyError:  # not started here, or released for a move since the tick began
             return task.load
         now = time.time()

@@ -191,10 +191,8 @@ def same_width(info: dict[str, Any], bucket_ms: int, where: str) -> dict[str, An
     refused with what differs, before a single row is read."""
     width_us = info.get("bucket_us")
     if width_us is not None and int(width_us) != bucket_ms * 1000:
-        raise BucketWidthMismatch(
-            f"{where} has buckets of {int(width_us) / 1e6:g} s, but this fragment reads "
-            f"{bucket_ms / 1000:g} s buckets: every agent of a federation must run with the same "
-            "--bucket-seconds"
+        raise BucketWidthMismatch.of(
+            where, int(width_us), f"but this fragment reads {bucket_ms / 1000:g} s buckets"
         )
     return info
 

@@ -101,6 +101,14 @@ class TransferError(RuntimeError):
 class BucketWidthMismatch(ValueError):
     """A log declared, or read, at a bucket width other than its own."""
 
+    @classmethod
+    def of(cls, log: str, width_us: int, other: str) -> BucketWidthMismatch:
+        """``log`` is ``width_us`` wide and ``other`` says what was asked of it instead."""
+        return cls(
+            f"{log} has buckets of {width_us / 1e6:g} s, {other}: every agent of a federation "
+            "must run with the same --bucket-seconds"
+        )
+
 
 class AccessRefused(PermissionError):
     """The serving endpoint refused the call's data-plane token (see the module docstring)."""
@@ -136,10 +144,8 @@ class StreamLog:
         with self._lock:
             existing = self._streams.setdefault(stream, _Stream(micros))
             if existing.bucket_micros != micros:
-                raise BucketWidthMismatch(
-                    f"{stream} has buckets of {existing.bucket_micros / 1e6:g} s, not "
-                    f"{bucket_seconds:g} s: every agent of a federation must run with the same "
-                    "--bucket-seconds"
+                raise BucketWidthMismatch.of(
+                    stream, existing.bucket_micros, f"not {bucket_seconds:g} s"
                 )
 
     def _get(self, stream: str) -> _Stream:
@@ -236,10 +242,8 @@ class StreamLog:
         with self._lock:
             s = self._get(stream)
             if bucket_seconds is not None and round(bucket_seconds * 1_000_000) != s.bucket_micros:
-                raise BucketWidthMismatch(
-                    f"{stream} has buckets of {s.bucket_micros / 1e6:g} s, but its writer counts "
-                    f"{bucket_seconds:g} s buckets: every agent of a federation must run with "
-                    "the same --bucket-seconds"
+                raise BucketWidthMismatch.of(
+                    stream, s.bucket_micros, f"but its writer counts {bucket_seconds:g} s buckets"
                 )
             if epoch is not None and epoch < s.fence:
                 raise FencedError(f"{stream}: epoch {epoch} is fenced (current fence {s.fence})")
