@@ -43,7 +43,7 @@ from app.participant.client import FedloadClient
 from spark_jobs.runtime.dataplane import RegistryTokens, registry_tokens
 from spark_jobs.runtime.failover import FAILOVERS, backup_consumer, standby_consumer
 from spark_jobs.runtime.transport import HOLD_ALL, StreamClient
-from spark_jobs.scenarios.harness import running, wait_until
+from spark_jobs.scenarios.harness import running, wait_until, waits_so_far
 from spark_jobs.scenarios.processes import Placement, ProcessFederation
 from spark_jobs.scenarios.reference import check_rows, live_rows
 from spark_jobs.scenarios.replicas import RunOptions, scenario_federation
@@ -295,6 +295,7 @@ def _finish(
         },
     }
     report["ok"] = all(report["checks"].values())
+    report["waits"] = waits_so_far()
     options.report_dir.mkdir(parents=True, exist_ok=True)
     (options.report_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))
     for kind, r in recovery.items():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from rich.console import Console
@@ -15,22 +16,63 @@ from app.db.session import dispose_engines
 from app.participant.client import FedloadClient
 from spark_jobs.scenarios.processes import ProcessFederation
 
+# The waits of the scenario running in this context, for its report: where its minutes went,
+# and which wait ran out (a condition that can never hold costs its whole timeout, silently
+# where the scenario goes on after a timeout: 2 x 180 s of the tentative test, session 28).
+_waits: ContextVar[list[dict[str, Any]] | None] = ContextVar("scenario_waits", default=None)
+
+
+@contextmanager
+def recording_waits() -> Iterator[list[dict[str, Any]]]:
+    """Record every ``wait_until`` of this context (this thread) until the block ends."""
+    found: list[dict[str, Any]] = []
+    token = _waits.set(found)
+    try:
+        yield found
+    finally:
+        _waits.reset(token)
+
+
+def waits_so_far() -> list[dict[str, Any]]:
+    """Each wait of the running scenario: what, how long, whether it ran out."""
+    return list(_waits.get() or [])
+
 
 def wait_until(what: str, check: Callable[[], Any], timeout: float, every: float = 0.3) -> Any:
     """``check()``'s first truthy answer; an exception counts as "not yet" (an agent may still be
     starting, the service busy), and the last answer or error is in the timeout's message."""
-    deadline = time.monotonic() + timeout
+    began = time.monotonic()
+    deadline = began + timeout
     last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except Exception as error:
-            last = error
-        else:
-            if last:
-                return last
-        time.sleep(every)
+    try:
+        while time.monotonic() < deadline:
+            try:
+                last = check()
+            except Exception as error:
+                last = error
+            else:
+                if last:
+                    _note_wait(what, began, timed_out=False)
+                    return last
+            time.sleep(every)
+    except BaseException:
+        _note_wait(what, began, timed_out=False, interrupted=True)
+        raise
+    _note_wait(what, began, timed_out=True)
     raise TimeoutError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
+
+
+def _note_wait(what: str, began: float, *, timed_out: bool, interrupted: bool = False) -> None:
+    found = _waits.get()
+    if found is not None:
+        entry: dict[str, Any] = {
+            "what": what,
+            "seconds": round(time.monotonic() - began, 1),
+            "timed_out": timed_out,
+        }
+        if interrupted:
+            entry["interrupted"] = True
+        found.append(entry)
 
 
 @contextmanager
@@ -40,8 +82,8 @@ def running(
     """Start the service and one agent per participant but those ``later`` names (the scenario
     starts them itself, with ``fed.start_agent``: the registry judges no participant it never
     heard from); yield the operator's client. When the scenario fails, each agent's last log
-    lines are printed (where the cause usually is)."""
-    with fed:
+    lines are printed (where the cause usually is). Its waits are recorded (``waits_so_far``)."""
+    with recording_waits(), fed:
         fed.start()
         for p in fed.doc.participants:
             if p.name not in later:

@@ -37,7 +37,7 @@ from app.participant.client import FedloadClient
 from spark_jobs.ha.faultproxy import CutMode
 from spark_jobs.runtime.dataplane import TokenSource
 from spark_jobs.runtime.transport import StreamClient, TransferError
-from spark_jobs.scenarios.harness import wait_until
+from spark_jobs.scenarios.harness import wait_until, waits_so_far
 from spark_jobs.scenarios.processes import AgentSettings, Placement, ProcessFederation
 
 
@@ -123,6 +123,7 @@ def scenario_federation(
 
 
 def write_report(report: dict[str, Any], report_dir: Path, console: Console) -> None:
+    report.setdefault("waits", waits_so_far())
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))
     for check, passed in report["checks"].items():

@@ -317,15 +317,18 @@ def _run(
             return consumer.rule.next_bucket > newest
 
         def log_corrected(holder: str) -> bool:
-            # A copy's stable log resumes its boundary once STABLE: wait until it passes every
-            # bucket the copy processed (tentatively included) before comparing it.
-            processed = max((int(b[0]) for b in copy_state(holder)["batches"]), default=0)
-            return (_boundary(locations[holder], streams[holder], tokens) or 0) >= processed
+            # A copy's stable log resumes its boundary once STABLE: wait until it passes the
+            # last bucket the copy processed tentatively before comparing it. Not the last one
+            # it processed: its output boundary is its watermark, a window behind its input,
+            # and the copy runs on, so that never held (the wait ran out, 180 s per copy).
+            tentative = [int(b[0]) for b in copy_state(holder)["batches"] if b[1]]
+            newest = max(tentative, default=0)
+            return (_boundary(locations[holder], streams[holder], tokens) or 0) >= newest
 
         for holder in HOLDERS:
             with contextlib.suppress(TimeoutError):
                 wait_until(
-                    f"{holder}'s log to pass what it processed",
+                    f"{holder}'s log to pass what it processed tentatively",
                     functools.partial(log_corrected, holder),
                     # At load 20 a copy that reconciled last still trailed its tentative span
                     # 60 s after it was STABLE again (session 27).
