@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import signal
 import sys
 import threading
@@ -57,6 +58,8 @@ from spark_jobs.ha.arbiter import ArbiterClient, arbiter_client, is_rest
 from spark_jobs.ha.registry import RegistryReporter
 from spark_jobs.ha.wire import HAClient, HAServer
 from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient
+
+log = logging.getLogger("fedload.ha.node")
 
 OUT = "out"
 
@@ -340,9 +343,15 @@ class HANode:
         self._release_to(list(self.peers))
         client = self._arbiter() if self._holds_arbiter_permit else None
         if client is not None:
-            # Unreleased, the permit lapses with its lease.
-            with contextlib.suppress(Exception):
+            try:
                 client.release(self.fragment, self.name)
+            except Exception as error:  # unreleased, the permit lapses with its lease
+                log.warning(
+                    "%s: the arbiter's permit for %s was not released: %s",
+                    self.name,
+                    self.fragment,
+                    error,
+                )
             client.close()
             self._holds_arbiter_permit = False
 
