@@ -34,7 +34,8 @@ def recording_waits() -> Iterator[list[dict[str, Any]]]:
 
 
 def waits_so_far() -> list[dict[str, Any]]:
-    """Each wait of the running scenario: what, how long, whether it ran out."""
+    """Each wait of the running scenario: what, how long, and its outcome (met, timed out or
+    interrupted)."""
     return list(_waits.get() or [])
 
 
@@ -42,37 +43,26 @@ def wait_until(what: str, check: Callable[[], Any], timeout: float, every: float
     """``check()``'s first truthy answer; an exception counts as "not yet" (an agent may still be
     starting, the service busy), and the last answer or error is in the timeout's message."""
     began = time.monotonic()
-    deadline = began + timeout
+    outcome = "interrupted"
     last: Any = None
     try:
-        while time.monotonic() < deadline:
+        while time.monotonic() < began + timeout:
             try:
                 last = check()
             except Exception as error:
                 last = error
             else:
                 if last:
-                    _note_wait(what, began, timed_out=False)
+                    outcome = "met"
                     return last
             time.sleep(every)
-    except BaseException:
-        _note_wait(what, began, timed_out=False, interrupted=True)
-        raise
-    _note_wait(what, began, timed_out=True)
-    raise TimeoutError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
-
-
-def _note_wait(what: str, began: float, *, timed_out: bool, interrupted: bool = False) -> None:
-    found = _waits.get()
-    if found is not None:
-        entry: dict[str, Any] = {
-            "what": what,
-            "seconds": round(time.monotonic() - began, 1),
-            "timed_out": timed_out,
-        }
-        if interrupted:
-            entry["interrupted"] = True
-        found.append(entry)
+        outcome = "timed out"
+        raise TimeoutError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
+    finally:
+        found = _waits.get()
+        if found is not None:
+            seconds = round(time.monotonic() - began, 1)
+            found.append({"what": what, "seconds": seconds, "outcome": outcome})
 
 
 @contextmanager

@@ -18,11 +18,20 @@ def test_each_wait_is_recorded_with_its_outcome() -> None:
         with pytest.raises(TimeoutError, match="a condition that never holds"):
             wait_until("a condition that never holds", lambda: False, 0.05, every=0.01)
         assert waits_so_far() == waits
-    assert [(w["what"], w["timed_out"]) for w in waits] == [
-        ("a condition that comes true", False),
-        ("a condition that never holds", True),
+    assert [(w["what"], w["outcome"]) for w in waits] == [
+        ("a condition that comes true", "met"),
+        ("a condition that never holds", "timed out"),
     ]
-    assert waits[1]["seconds"] >= 0.0 and "interrupted" not in waits[1]
+    assert waits[1]["seconds"] >= 0.0
+
+
+def test_a_wait_stopped_by_an_exception_is_recorded_as_interrupted() -> None:
+    def check() -> bool:
+        raise KeyboardInterrupt
+
+    with recording_waits() as waits, pytest.raises(KeyboardInterrupt):
+        wait_until("a wait someone stopped", check, 5, every=0.01)
+    assert [(w["what"], w["outcome"]) for w in waits] == [("a wait someone stopped", "interrupted")]
 
 
 def test_an_error_in_the_check_counts_as_not_yet_and_outside_a_recording_nothing_is_kept() -> None:
