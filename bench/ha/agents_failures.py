@@ -103,6 +103,8 @@ def summarize_copy(report: dict[str, Any], holder: str) -> dict[str, Any]:
         "log_rows_compared": int(copy["log_rows_compared"]),
         "permits_lost": copy["permits_lost"],
         "redo_failures": copy["redo_failures"],
+        # Reports before s29: None.
+        "redo_recuts": copy.get("redo_recuts"),
         # Reports before s26: None.
         "redo_paused_s": copy.get("redo_paused_s"),
         "budget_ms": copy.get("budget_ms"),

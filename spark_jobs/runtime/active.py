@@ -332,6 +332,8 @@ class ActiveReplicas:
             # Redo copies whose query died before the switch (started again after), and why
             # the poller last failed for this task (a report shows them beside the state).
             "redo_failures": copy.dpc.redo_failures,
+            # Redo copies dropped because an input was cut again for X before the switch.
+            "redo_recuts": copy.dpc.redo_recuts,
             # Renewals of the permit refused mid-redo (its lease ran out; the redo was dropped).
             "permits_lost": copy.dpc.permit.lost,
             "redo_paused_s": round(copy.dpc.redo_paused_s, 3),

@@ -304,6 +304,11 @@ class DPCStore:
         not read the next redo's pause."""
         return self.directory / f"pause-{copy}"
 
+    def stable_only_path(self, copy: str) -> Path:
+        """While this file exists, the redo copy ``copy`` releases stable buckets only (option
+        ``stable_only_file``); removed when the copy becomes the serving query."""
+        return self.directory / f"stable-only-{copy}"
+
     def pause(self, copy: str, paused: bool) -> None:
         if paused:
             self.pause_path(copy).touch()
@@ -727,6 +732,29 @@ def restore_stable_checkpoint(
                 path.unlink()
 
 
+class CutWatch:
+    """Whether an input, missing while a redo runs, has stayed missing for ``grace_s`` (X):
+    then the redo, which releases stable buckets only, would stand still holding the permit.
+    A single failed heal check is no new failure: a boundary query that timed out on a loaded
+    machine, or an input late by less than X."""
+
+    def __init__(self, grace_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._grace_s, self._clock = grace_s, clock
+        self._since: float | None = None
+
+    def reset(self) -> None:
+        self._since = None
+
+    def cut_again(self, healed: bool) -> bool:
+        if healed:
+            self._since = None
+            return False
+        now = self._clock()
+        if self._since is None:
+            self._since = now
+        return now - self._since >= self._grace_s
+
+
 class PermitHold:
     """The reconciliation permit as one copy holds it: asked for before its redo, renewed while
     it reconciles, given back once it is STABLE.
@@ -832,8 +860,9 @@ class DPCFragment:
         for stale in runtime.checkpoint_root.glob(f"{spec.name}.redo-*"):
             if stale != self.sink.checkpoint_dir:
                 shutil.rmtree(stale, ignore_errors=True)
-        for pause in self.store.directory.glob("pause-*"):
-            pause.unlink(missing_ok=True)
+        for pattern in ("pause-*", "stable-only-*"):
+            for left in self.store.directory.glob(pattern):
+                left.unlink(missing_ok=True)
         self.permit = PermitHold(
             spec.name,
             request_permission or (lambda _name: True),
@@ -854,6 +883,10 @@ class DPCFragment:
         self._unpaused_until = 0.0
         # Redo copies whose query died before the switch (each was dropped and started again).
         self.redo_failures = 0
+        # The heal check while a redo runs, and the redo copies dropped because an input stayed
+        # cut for X (each asked for the permit again after the next heal).
+        self._cuts = CutWatch(settings.max_delay_seconds)
+        self.redo_recuts = 0
 
     @property
     def state(self) -> NodeState:
@@ -1005,6 +1038,12 @@ class DPCFragment:
             # past it) and another copy may be reconciling now. Two at once is what the permit
             # exists to prevent, so this redo is dropped (it sent nothing) and asked for again.
             redo.aborted = True
+        if not redo.aborted and self._cuts.cut_again(self.healed()):
+            # The redo releases stable buckets only, so while an input is cut it stands still
+            # and holds the permit that another copy, healed, may need. The serving query
+            # covers X meanwhile; the redo starts again from the same checkpoint after the heal.
+            redo.aborted = True
+            self.redo_recuts += 1
         if not redo.aborted and not self.runtime.is_running(redo.copy):
             # The copy's query died (seen at load 24: its Python worker did not connect back in
             # time). It sent nothing, so drop it like one that met tentative input: the next
@@ -1013,7 +1052,9 @@ class DPCFragment:
             self.redo_failures += 1
         if redo.aborted:
             self._unpause(redo.copy)
+            self._cuts.reset()
             self.runtime.stop(redo.copy)
+            self.store.stable_only_path(redo.copy).unlink(missing_ok=True)
             self.sink.drop_redo()
             shutil.rmtree(redo.sink.checkpoint_dir, ignore_errors=True)
             self.permit.release()
@@ -1038,7 +1079,19 @@ class DPCFragment:
         # the serving one (a restart of the same query, spark.sql.streaming.stopActiveRunOnRestart).
         (directory / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}) + "\n")
         sink = self.sink.open_redo(copy, directory)
-        spec = self.spec
+        # Stable buckets only: near the live edge, an input late by more than the budget (at
+        # 100 ms buckets, a producer's hiccup) would otherwise go tentative in the redo too and
+        # the redo, useless then, would be dropped (bench/ha, session 28: an 8 s failure whose
+        # first redo was dropped so, and the copy passed X while its second one ran).
+        self.store.stable_only_path(copy).touch()
+        self._cuts.reset()
+        spec = dataclasses.replace(
+            self.spec,
+            options={
+                **self.spec.options,
+                "stable_only_file": str(self.store.stable_only_path(copy)),
+            },
+        )
         if self.settings.redo_yields:
             # Born paused: its first batch (state restore, planning) is the heaviest, and the next
             # poll decides whether the serving query can spare the cores for it now.
@@ -1075,6 +1128,9 @@ class DPCFragment:
         self._unpause(redo.copy)
         self.runtime.stop(self.spec.name)
         self.sink.switch()
+        # Only now: its batches go through the serving path from here, which handles a
+        # tentative one (before, the redo's hold would have dropped it mid-switch).
+        self.store.stable_only_path(redo.copy).unlink(missing_ok=True)
         self.runtime.adopt(self.spec.name, redo.copy)
         if old != redo.sink.checkpoint_dir:
             shutil.rmtree(old, ignore_errors=True)

@@ -53,6 +53,10 @@ buckets in failure: a node that redoes on a copy of its query keeps serving, and
 add the budget to every new bucket. ``pause_file`` (a DPC redo copy only): while that file exists
 the reader plans no new batch (the offset stays at its start), so the node can make the redo
 yield the cores to the serving query when a serving batch is due (``dpc.py``, ``DPCFragment``).
+``stable_only_file`` (a DPC redo copy too): while that file exists the reader releases stable
+buckets only, however late an input is: a redo exists to produce the stable version of what the
+serving query sent tentatively, and a tentative bucket would make it useless (the serving copy
+covers X meanwhile). The node removes the file when the copy becomes the serving query.
 ``follow_file`` (a warm copy, ``spark_jobs.runtime.follow``): plan the batch ranges that file
 names (the source's) rather than from the boundaries, until it says to lead. ``pace_file`` (the
 source of a warm hand-off, ``spark_jobs.runtime.pace``): while that file says a copy is behind,
@@ -375,6 +379,7 @@ class SUnionReader(DataSourceStreamReader):
         self.ack_limit_file = options.get("ack_limit_file")
         self.budget_file = options.get("budget_file")
         self.pause_file = options.get("pause_file")
+        self.stable_only_file = options.get("stable_only_file")
         self.follow_file = options.get("follow_file")
         self.pace_file = options.get("pace_file")
         self.hold_healed = options.get("hold_healed", "true") == "true"
@@ -723,7 +728,10 @@ class SUnionReader(DataSourceStreamReader):
         now = self._now_ms()
         limit = begin + self.max_buckets if self.max_buckets is not None else None
         tentative_from: int | None = None
+        stable_only = self.stable_only_file is not None and os.path.exists(self.stable_only_file)
         while limit is None or rules.next_bucket < limit:
+            if stable_only and not rules.stable_ready(rules.next_bucket):
+                break
             if (
                 self.hold_healed
                 and self._healed(rules)

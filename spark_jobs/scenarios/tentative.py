@@ -938,6 +938,7 @@ def _two_copies(
                 {k: ms(v) if k in _TIMES else v for k, v in p.items()} for p in periods[holder]
             ],
             "redo_failures": state.get("redo_failures"),
+            "redo_recuts": state.get("redo_recuts"),
             "permits_lost": state.get("permits_lost"),
             # Where a reconciliation's time goes: the redo waiting for the serving query
             # (``DPCFragment.yield_redo``), and the delay budget the copy ran with.

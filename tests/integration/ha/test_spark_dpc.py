@@ -103,6 +103,30 @@ def test_source_releases_by_the_delay_strategy_of_the_paper(dpc_servers, strateg
             client.close()
 
 
+def test_redo_source_releases_stable_buckets_only_while_its_file_exists(dpc_servers, tmp_path):
+    """A redo copy's source (option ``stable_only_file``) waits for a late input however long,
+    then behaves as the serving query's once the file is gone (the switch removes it)."""
+    clock, a, b = withheld_inputs(dpc_servers, WITHHELD_FROM)
+    settings = DPCSettings(X, clock=StreamRef(dpc_servers["home"].location, "clock"))
+    withheld = FIRST + WITHHELD_FROM
+    stable_only = tmp_path / "stable-only"
+    stable_only.touch()
+    r = _reader(dpc_servers, settings, start_bucket=str(FIRST), stable_only_file=str(stable_only))
+    try:
+        start = r.initialOffset()
+        clock.advance("clock", ms(withheld + 3) + settings.delay_budget_ms)
+        end = r.latestOffset(start, None)
+        assert end == {"bucket": withheld}, "stable buckets go, the late one waits past its budget"
+        assert r.latestOffset(end, None) == end
+        stable_only.unlink()
+        # Every bucket whose budget has passed on the clock: 4, 5 and 6.
+        assert r.latestOffset(end, None) == {"bucket": withheld + 3, "tentative_from": withheld}
+    finally:
+        r.stop()
+        for client in (clock, a, b):
+            client.close()
+
+
 def test_source_fills_a_declared_kind_column_per_bucket(dpc_servers):
     clock, a, b = withheld_inputs(dpc_servers, WITHHELD_FROM)
     settings = DPCSettings(X, clock=StreamRef(dpc_servers["home"].location, "clock"))
@@ -189,6 +213,11 @@ def test_withheld_input_goes_tentative_then_reconciles_to_the_reference(
             started = node.poll()
         assert started, "healed and permitted: the redo copy starts"
         assert node.sink.redo is not None
+        stable_only = node.store.stable_only_path(node.sink.redo.copy)
+        assert stable_only.exists(), "the redo releases stable buckets only"
+        redo_spec = host.running_spec(node.sink.redo.copy)
+        assert redo_spec is not None
+        assert redo_spec.options["stable_only_file"] == str(stable_only)
         assert serving.isActive, (
             f"the serving query keeps running during the redo: {serving.exception()}"
         )
@@ -199,6 +228,8 @@ def test_withheld_input_goes_tentative_then_reconciles_to_the_reference(
             node.poll()
             time.sleep(0.1)
         assert node.sink.redo is None, "the redo must catch up with the serving query"
+        assert not stable_only.exists(), "serving now, the copy may go tentative again"
+        assert (node.redo_recuts, node.redo_failures) == (0, 0)
         assert not serving.isActive, "the switch stops the serving query"
         adopted = node.query()
         assert adopted.id != serving.id
