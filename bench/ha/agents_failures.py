@@ -122,6 +122,8 @@ def summarize(report: dict[str, Any], fail_for_s: float) -> dict[str, Any]:
         "max_delay_ms": report["max_delay_ms"],
         "budget_t": report["budget"],
         "copies": {holder: summarize_copy(report, holder) for holder in HOLDERS},
+        # Each bucket's first version from either copy (reports before s29: None).
+        "first_version": report.get("first_version"),
         "consumer": {
             "tentative_received": consumer["tentative_received"],
             "held_at_end": consumer["held_at_end"],
@@ -220,6 +222,7 @@ def table(runs: list[dict[str, Any]], console: Console) -> None:
         "cut->UP_FAILURE s",
         "tentative rows",
         "max added s",
+        "first version s",
         "heal->permit s",
         "redo s",
         "permit->STABLE s",
@@ -243,12 +246,13 @@ def table(runs: list[dict[str, Any]], console: Console) -> None:
                 f"{run['fail_for_s']:g} s",
                 "-",
                 run["error"][:60],
-                *[""] * 8,
+                *[""] * 9,
                 load,
                 f"{run['wall_seconds']:.0f}",
                 "no",
             )
             continue
+        first = run.get("first_version") or {}
         for holder, c in run["copies"].items():
             out.add_row(
                 setting,
@@ -258,6 +262,7 @@ def table(runs: list[dict[str, Any]], console: Console) -> None:
                 _s(c["cut_to_up_failure_ms"]),
                 str(c["tentative_rows"]),
                 _s(c["max_added_latency_ms"]),
+                _s(first.get("max_added_latency_ms")),
                 _s(c["permit_granted_after_heal_ms"]),
                 _s(c["redo_ms"]),
                 _s(c["reconciliation_ms"]),

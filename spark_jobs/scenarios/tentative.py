@@ -511,6 +511,32 @@ class CopyLatency:
         return sorted(b for b, (_, tentative) in self.live.items() if tentative)
 
 
+def first_version_latency(
+    copies: list[CopyLatency], started: float, failure_at: float
+) -> dict[str, Any]:
+    """The added latency of each bucket's first version from any copy: per input bucket, the
+    earliest of the copies' latencies, above the median of the same before the cut. What a
+    consumer reading whichever copy is ahead gets (DPC's: a copy that reconciles leaves the
+    consumer to the other), and a lower bound for one that pays for its switches."""
+    best: dict[int, float] = {}
+    ends: dict[int, float] = {}
+    for copy in copies:
+        for bucket, (latency, _tentative) in copy.live.items():
+            if bucket not in best or latency < best[bucket]:
+                best[bucket] = latency
+            ends.setdefault(bucket, copy.ends_at(bucket))
+    before = [lat for bucket, lat in best.items() if started <= ends[bucket] < failure_at]
+    if not before or not best:
+        return {"baseline_latency_ms": None, "max_added_latency_ms": None, "worst_end_ms": None}
+    baseline = statistics.median(before)
+    worst = max(best, key=lambda bucket: best[bucket])
+    return {
+        "baseline_latency_ms": round(baseline * 1000, 1),
+        "max_added_latency_ms": round((best[worst] - baseline) * 1000, 1),
+        "worst_end_ms": round((ends[worst] - started) * 1000),
+    }
+
+
 def _stabilizations(history: list[list[Any]], started: float) -> list[list[int | None]]:
     """[began, ended] of each STABILIZATION, in ms since the consumer started."""
     periods: list[list[int | None]] = []
@@ -909,8 +935,10 @@ def _two_copies(
         holder: [p for p in _reconciling(state) if (p["began"] or 0) >= started]
         for holder, state in states.items()
     }
+    latencies: list[CopyLatency] = []
     for holder, state in states.items():
         latency = CopyLatency.of(state, started, failure_at)
+        latencies.append(latency)
         tentative = latency.tentative_buckets
         history = since(state.get("history", []), started)
         went_tentative = [float(at) for name, at in history if name == NodeState.UP_FAILURE.value]
@@ -960,6 +988,7 @@ def _two_copies(
             "notes": state.get("notes"),
         }
     report["copies"] = copies
+    report["first_version"] = first_version_latency(latencies, started, failure_at)
     if isinstance(permit_records, str):
         report["permit_intervals"] = permit_records
         intervals: list[dict[str, Any]] = []

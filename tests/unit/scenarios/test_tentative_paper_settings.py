@@ -11,6 +11,7 @@ from spark_jobs.scenarios.tentative import (
     CopyLatency,
     TentativeOptions,
     copy_settled,
+    first_version_latency,
     latency_limit_s,
     node_latencies,
     with_max_delay,
@@ -90,3 +91,28 @@ def test_a_copy_settles_once_a_stable_batch_passes_the_heal_plus_x_in_its_bucket
 def test_the_latency_slack_is_one_bucket() -> None:
     assert latency_limit_s(3.0, 0.1) == pytest.approx(3.1)
     assert latency_limit_s(5.0) == pytest.approx(6.0)
+
+
+def test_the_first_version_takes_each_bucket_from_the_copy_that_was_ahead() -> None:
+    started, failure_at = 1001.0, 1002.0
+    # Both copies 0.3 s behind before the cut; during it T falls 2.4 s behind (its bucket 20,
+    # ended at 1002.1, first processed at 1004.5) while U sent bucket 20 at 1003.1 (1.0 s) and
+    # its later buckets at 0.5-0.9 s.
+    steady = [[b + 1, False, 1000 + (b + 1) / 10 + 0.3] for b in range(10, 20)]
+    t = CopyLatency.of(_copy([*steady, [25, True, 1004.5]], 100), started, failure_at)
+    u = CopyLatency.of(
+        _copy([*steady, [21, True, 1003.1], [25, True, 1003.4]], 100), started, failure_at
+    )
+    found = first_version_latency([t, u], started, failure_at)
+    assert found["baseline_latency_ms"] == pytest.approx(300.0)
+    # Bucket 20: U's 1.0 s; buckets 21-24 (ended 1002.2-1002.5): U's 1.2 s at most.
+    assert found["max_added_latency_ms"] == pytest.approx(900.0)
+    assert found["worst_end_ms"] == 1200  # bucket 21, ended 1.2 s after the start
+    # T alone is its own worst: 2.1 s added.
+    alone = first_version_latency([t], started, failure_at)
+    assert alone["max_added_latency_ms"] == pytest.approx(2100.0)
+
+
+def test_no_first_version_without_a_baseline() -> None:
+    late = CopyLatency.of(_copy([[25, True, 1004.5]], 100), 1001.0, 1002.0)
+    assert first_version_latency([late], 1001.0, 1002.0)["max_added_latency_ms"] is None
