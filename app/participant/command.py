@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import signal
 import threading
@@ -29,6 +30,7 @@ import typer
 from app.cli_errors import ensure_free_port
 from app.participant.client import ApiError, FedloadClient
 from app.participant.heartbeat import ServiceHeartbeats
+from app.participant.parent_watch import wanted, watch_parent
 from app.participant.ports import Host, MovementRecord, Mover, NoHost, Received
 
 if TYPE_CHECKING:  # imported when an agent runs: they load SciPy, seconds on every fedload start
@@ -151,6 +153,8 @@ def run_agent(options: AgentOptions, make_host: HostFactory) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
+    if wanted():
+        watch_parent(os.getppid(), stop.set, stop)
     client = FedloadClient(options.api, options.key)
     try:
         me = _wait_for_service(client, stop)

@@ -28,6 +28,7 @@ from app.db.session import dispose_engines, unit_of_work
 from app.federation.apply import apply_federation
 from app.federation.document import FederationDoc
 from app.participant.client import FedloadClient
+from app.participant.parent_watch import ENV as STOP_WITH_PARENT
 
 LOOPBACK = "127.0.0.1"
 
@@ -79,8 +80,10 @@ class Managed:
 
     def start(self) -> Managed:
         self._log = self.log_path.open("ab")
+        # An agent stops when this driver is gone, however it went (app.participant.parent_watch).
+        env = {**self.env, STOP_WITH_PARENT: "1"}
         self.process = subprocess.Popen(
-            self.argv, env=self.env, stdout=self._log, stderr=subprocess.STDOUT
+            self.argv, env=env, stdout=self._log, stderr=subprocess.STDOUT
         )
         return self
 
