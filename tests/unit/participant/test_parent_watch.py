@@ -3,6 +3,7 @@ the rule on an injected parent, then with real processes and a SIGKILL of the la
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -88,7 +89,5 @@ def test_the_child_stops_when_its_launcher_is_killed(tmp_path: Path) -> None:
         assert marker.read_text() == "stopped"
     finally:
         launcher.kill()
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
