@@ -63,6 +63,7 @@ from spark_jobs.ha.faultproxy import FaultProxy
 from spark_jobs.runtime.dataplane import TokenSource, registry_tokens
 from spark_jobs.runtime.transport import StreamClient
 from spark_jobs.scenarios.harness import running, wait_until
+from spark_jobs.scenarios.latency_plot import plot_latencies
 from spark_jobs.scenarios.processes import LOOPBACK, Placement, ProcessFederation, free_port
 from spark_jobs.scenarios.replicas import (
     Consumer,
@@ -394,7 +395,7 @@ def _run(
     report["proxy_stats"] = asdict(proxy.stats)
     report["registry_replicas"] = registry_replicas
     report["permits"] = permits
-    _two_copies(
+    latencies = _two_copies(
         report,
         states,
         logs,
@@ -404,6 +405,17 @@ def _run(
         heal_at=heal_at,
         finished_at=finished_at,
     )
+    options.report_dir.mkdir(parents=True, exist_ok=True)
+    plot = plot_latencies(
+        options.report_dir / "latency.png",
+        latencies,
+        started=started,
+        failure_at=failure_at,
+        heal_at=heal_at,
+        max_delay_s=float(states[HOLDER]["max_delay_seconds"]),
+        reconciliations={h: c["reconciliations"] for h, c in report["copies"].items()},
+    )
+    report["plots"] = [plot.name]
     write_report(report, options.report_dir, console)
     return report
 
@@ -921,9 +933,10 @@ def _two_copies(
     failure_at: float,
     heal_at: float,
     finished_at: float,
-) -> None:
+) -> dict[str, CopyLatency]:
     """Per copy: its states, reconciliations, latency and corrected log; the permit's intervals
-    from the registry's records; and the checks that the copies reconciled one at a time."""
+    from the registry's records; and the checks that the copies reconciled one at a time.
+    Returns each copy's latencies (for the plot)."""
 
     def ms(at: float | None) -> int | None:
         return None if at is None else round((at - started) * 1000)
@@ -935,10 +948,10 @@ def _two_copies(
         holder: [p for p in _reconciling(state) if (p["began"] or 0) >= started]
         for holder, state in states.items()
     }
-    latencies: list[CopyLatency] = []
+    latencies: dict[str, CopyLatency] = {}
     for holder, state in states.items():
         latency = CopyLatency.of(state, started, failure_at)
-        latencies.append(latency)
+        latencies[holder] = latency
         tentative = latency.tentative_buckets
         history = since(state.get("history", []), started)
         went_tentative = [float(at) for name, at in history if name == NodeState.UP_FAILURE.value]
@@ -988,7 +1001,7 @@ def _two_copies(
             "notes": state.get("notes"),
         }
     report["copies"] = copies
-    report["first_version"] = first_version_latency(latencies, started, failure_at)
+    report["first_version"] = first_version_latency(list(latencies.values()), started, failure_at)
     if isinstance(permit_records, str):
         report["permit_intervals"] = permit_records
         intervals: list[dict[str, Any]] = []
@@ -1021,3 +1034,4 @@ def _two_copies(
         }
     )
     report["ok"] = all(report["checks"].values())
+    return latencies

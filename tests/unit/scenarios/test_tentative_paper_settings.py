@@ -3,9 +3,12 @@ options, and the copy's latencies read in its own boundary interval (100 ms ther
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from app.federation.document import load_federation
+from spark_jobs.scenarios.latency_plot import plot_latencies
 from spark_jobs.scenarios.tentative import (
     FEDERATION,
     CopyLatency,
@@ -116,3 +119,23 @@ def test_the_first_version_takes_each_bucket_from_the_copy_that_was_ahead() -> N
 def test_no_first_version_without_a_baseline() -> None:
     late = CopyLatency.of(_copy([[25, True, 1004.5]], 100), 1001.0, 1002.0)
     assert first_version_latency([late], 1001.0, 1002.0)["max_added_latency_ms"] is None
+
+
+def test_the_latency_plot_is_a_png_of_both_copies(tmp_path: Path) -> None:
+    started, failure_at = 1001.0, 1002.0
+    steady = [[b + 1, False, 1000 + (b + 1) / 10 + 0.3] for b in range(10, 20)]
+    copies = {
+        "T": CopyLatency.of(_copy([*steady, [25, True, 1004.5]], 100), started, failure_at),
+        "U": CopyLatency.of(_copy([*steady, [25, True, 1003.4]], 100), started, failure_at),
+    }
+    path = plot_latencies(
+        tmp_path / "latency.png",
+        copies,
+        started=started,
+        failure_at=failure_at,
+        heal_at=1003.0,
+        max_delay_s=3.0,
+        reconciliations={"T": [{"began": 2500, "stable": 3500}], "U": [{"began": 3600}]},
+    )
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert path.stat().st_size > 10_000
