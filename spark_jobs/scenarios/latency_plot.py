@@ -18,8 +18,13 @@ COLOURS = ("tab:blue", "tab:orange", "tab:green")
 
 
 class Latencies(Protocol):
-    live: dict[int, tuple[float, bool]]
-    baseline: float | None
+    """``tentative.CopyLatency`` as the plot reads it (no import: the scenario imports this)."""
+
+    @property
+    def live(self) -> dict[int, tuple[float, bool]]: ...
+
+    @property
+    def baseline(self) -> float | None: ...
 
     def ends_at(self, bucket: int) -> float: ...
 
@@ -44,10 +49,17 @@ def plot_latencies(
         stable = [(x, y) for x, y, tentative in points if not tentative]
         tentative = [(x, y) for x, y, t in points if t]
         if stable:
-            ax.scatter(*zip(*stable, strict=True), s=4, color=colour, label=f"{name} stable")
+            ax.scatter(
+                [x for x, _ in stable],
+                [y for _, y in stable],
+                s=4,
+                color=colour,
+                label=f"{name} stable",
+            )
         if tentative:
             ax.scatter(
-                *zip(*tentative, strict=True),
+                [x for x, _ in tentative],
+                [y for _, y in tentative],
                 s=10,
                 marker="x",
                 color=colour,
