@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from pathlib import Path
 
 import typer
@@ -168,6 +170,8 @@ def serve(
     within FEDLOAD_DB_CONNECT_TIMEOUT_SECONDS.
     """
     from app.cli_errors import ensure_free_port
+    from app.parent_watch import wanted as stop_with_launcher
+    from app.parent_watch import watch_parent
 
     ensure_free_port(host, port, "--port")  # before loading the service and migrating
     import uvicorn
@@ -199,6 +203,10 @@ def serve(
     console.print(
         f"fedload on http://{host}:{port}  (API docs /docs, admin UI /admin, {workers} worker(s))"
     )
+    if stop_with_launcher():
+        # Started by a scenario driver: stop as on SIGTERM (uvicorn's clean shutdown) once the
+        # driver is gone, however it went (app.parent_watch).
+        watch_parent(os.getppid(), lambda: os.kill(os.getpid(), signal.SIGTERM), threading.Event())
     # An import string and a factory: every worker process builds its own app, engine and pool.
     # log_config=None: uvicorn's loggers go through the JSON/text handler create_app sets up;
     # the request middleware (app/observability) already writes one line per request, so

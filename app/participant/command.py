@@ -28,9 +28,9 @@ import httpx
 import typer
 
 from app.cli_errors import ensure_free_port
+from app.parent_watch import wanted, watch_parent
 from app.participant.client import ApiError, FedloadClient
 from app.participant.heartbeat import ServiceHeartbeats
-from app.participant.parent_watch import wanted, watch_parent
 from app.participant.ports import Host, MovementRecord, Mover, NoHost, Received
 
 if TYPE_CHECKING:  # imported when an agent runs: they load SciPy, seconds on every fedload start

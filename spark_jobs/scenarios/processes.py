@@ -27,8 +27,8 @@ from app.db.migrate import upgrade
 from app.db.session import dispose_engines, unit_of_work
 from app.federation.apply import apply_federation
 from app.federation.document import FederationDoc
+from app.parent_watch import ENV as STOP_WITH_PARENT
 from app.participant.client import FedloadClient
-from app.participant.parent_watch import ENV as STOP_WITH_PARENT
 
 LOOPBACK = "127.0.0.1"
 
@@ -80,7 +80,7 @@ class Managed:
 
     def start(self) -> Managed:
         self._log = self.log_path.open("ab")
-        # An agent stops when this driver is gone, however it went (app.participant.parent_watch).
+        # Agents and the service stop when this driver is gone, however it went (app.parent_watch).
         env = {**self.env, STOP_WITH_PARENT: "1"}
         self.process = subprocess.Popen(
             self.argv, env=env, stdout=self._log, stderr=subprocess.STDOUT

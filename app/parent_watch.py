@@ -1,13 +1,13 @@
-"""Stop an agent whose launcher is gone (``FEDLOAD_STOP_WITH_PARENT``).
+"""Stop an agent or a service whose launcher is gone (``FEDLOAD_STOP_WITH_PARENT``).
 
 A scenario driver or benchmark that is itself killed (SIGTERM, SIGKILL: its ``finally`` blocks
 never run) left its agents running, each with a Spark JVM busy at the live edge: three of them
 took a 2-vCPU machine's cores from the next benchmark run (session 29). A driver sets the
-variable to 1 when it starts an agent; the agent notes its parent at start and stops cleanly,
-as on SIGTERM, once it has been re-parented. The parent as found, not a pid the driver passes:
-a launcher prefix that forks (rather than execs) would be the parent. Polling, not
-``PR_SET_PDEATHSIG``: that signal follows the *thread* that forked, so a driver that starts an
-agent from a helper thread would see it stopped when that thread ends.
+variable to 1 for every process it starts; ``fedload agent`` and ``fedload serve`` note their
+parent at start and stop cleanly, as on SIGTERM, once they have been re-parented. The parent as
+found, not a pid the driver passes: a launcher prefix that forks (rather than execs) would be
+the parent. Polling, not ``PR_SET_PDEATHSIG``: that signal follows the *thread* that forked, so
+a driver that starts an agent from a helper thread would see it stopped when that thread ends.
 """
 
 from __future__ import annotations

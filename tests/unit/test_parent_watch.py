@@ -1,4 +1,4 @@
-"""An agent started by a driver stops once the driver is gone (``app.participant.parent_watch``):
+"""An agent or service started by a driver stops once the driver is gone (``app.parent_watch``):
 the rule on an injected parent, then with real processes and a SIGKILL of the launcher."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from app.participant.parent_watch import ENV, wanted, watch_parent
+from app.parent_watch import ENV, wanted, watch_parent
 
 
 def test_the_variable_says_1_or_0_and_nothing_else() -> None:
@@ -50,7 +50,7 @@ CHILD = textwrap.dedent(
     """
     import os, sys, threading
     from pathlib import Path
-    from app.participant.parent_watch import watch_parent
+    from app.parent_watch import watch_parent
     stopped = threading.Event()
     watch_parent(os.getppid(), stopped.set, threading.Event(), poll_s=0.05)
     Path(sys.argv[1]).write_text("watching")
