@@ -1083,23 +1083,17 @@ class DPCFragment:
         # 100 ms buckets, a producer's hiccup) would otherwise go tentative in the redo too and
         # the redo, useless then, would be dropped (bench/ha, session 28: an 8 s failure whose
         # first redo was dropped so, and the copy passed X while its second one ran).
-        self.store.stable_only_path(copy).touch()
+        stable_only = self.store.stable_only_path(copy)
+        stable_only.touch()
         self._cuts.reset()
-        spec = dataclasses.replace(
-            self.spec,
-            options={
-                **self.spec.options,
-                "stable_only_file": str(self.store.stable_only_path(copy)),
-            },
-        )
+        options = {**self.spec.options, "stable_only_file": str(stable_only)}
         if self.settings.redo_yields:
             # Born paused: its first batch (state restore, planning) is the heaviest, and the next
             # poll decides whether the serving query can spare the cores for it now.
             self.store.pause(copy, True)
             self._paused_since = time.time()
-            spec = dataclasses.replace(
-                spec, options={**spec.options, "pause_file": str(self.store.pause_path(copy))}
-            )
+            options["pause_file"] = str(self.store.pause_path(copy))
+        spec = dataclasses.replace(self.spec, options=options)
         self.runtime.start_copy(spec, copy, directory, epoch=self.epoch, sink=sink)
         record: dict[str, float] = {"began": began, "redo_started": time.time()}
         # State size at the heal, for reconciliation time vs state size: the packed all-stable
