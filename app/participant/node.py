@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from app.market.protocol import MAX_RELAY_DEPTH, plan_room, take_after_room
 from app.participant.client import ApiError
@@ -203,7 +204,7 @@ class Agent:
                 downstream = by_id.get(relay.downstream_offer)
                 if downstream is not None and downstream["status"] == "open":
                     continue  # still making room; the upstream offer waits for it
-                chosen = self._take_after_relay(now, relay, downstream, load, offered, offer)
+                chosen = self._take_after_relay(now, relay, downstream, loads, offered, offer)
             else:
                 chosen = self.decisions.choose_accepted(
                     load=load, offered=offered, price=offer["price"], held=set(loads)
@@ -308,7 +309,7 @@ class Agent:
         now: float,
         relay: PendingRelay,
         downstream: dict | None,
-        load: float,
+        loads: dict[str, float],
         offered: dict[str, float],
         offer: dict,
     ) -> list[str]:
@@ -316,7 +317,7 @@ class Agent:
         if downstream is None or downstream["status"] in ("rejected", "expired", "withdrawn"):
             self.state.refused_at[relay.partner] = now
         return take_after_room(
-            load_now=load,
+            load_now=load_after_relay(loads, downstream),
             load_before=relay.load_before,
             offered=offered,
             room_below_price=self.decisions.load_at_price(offer["price"]),
@@ -507,6 +508,20 @@ def _finite(value: float) -> float | None:
 def _when(stamp: str | datetime) -> datetime:
     moment = stamp if isinstance(stamp, datetime) else datetime.fromisoformat(stamp)
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def load_after_relay(loads: Mapping[str, float], downstream: Mapping[str, Any] | None) -> float:
+    """My load once the tasks my relay's partner accepted have left.
+
+    The tick read my tasks before it read the offers, so a relay accepted in between still
+    counts its tasks here (their movements are prepared, not committed yet): judged on that,
+    the room the relay made went unused, the upstream offer was refused, and the giver came
+    back after its back-off to find the room taken by someone else's relay (the demo, session
+    30: B's last two tasks took ~40 s each to place, and the run ended before they did)."""
+    leaving: set[str] = set()
+    if downstream is not None and downstream.get("status") in ("accepted", "partially_accepted"):
+        leaving = {*downstream.get("accepted_tasks", []), *downstream.get("accepted_replicas", [])}
+    return math.fsum(load for name, load in loads.items() if name not in leaving)
 
 
 def _movable(task: dict) -> bool:

@@ -233,3 +233,57 @@ def test_after_a_partner_refuses_a_whole_offer_it_is_offered_only_smaller_tasks(
     agent.tick(2.0, liveness=ONLINE)  # T sits out the back-off
     agent.tick(6.0, liveness=ONLINE)
     assert [m["tasks"] for m in registry.made] == [["O.big"], ["O.small"]]
+
+
+def offer_of(
+    giver: str,
+    taker: str,
+    offer_id: int,
+    names: list[str],
+    load: float,
+    status: str,
+    price: float = 0.25,
+) -> dict[str, Any]:
+    accepted = names if status in ("accepted", "partially_accepted") else []
+    return {"id": offer_id, "version": 1, "from": giver, "to": taker, "status": status,
+            "tasks": names, "replicas": [], "loads": dict.fromkeys(names, load), "price": price,
+            "accepted_tasks": accepted, "accepted_replicas": []}  # fmt: skip
+
+
+def relaying_host() -> MemoryRegistry:
+    """C (threshold ~80) holds B.q01 (20) and its own pinned 60, and has a contract to D: B's
+    offer of B.q02 (20) does not fit, so C offers B.q01 on to D first (a relay)."""
+    return MemoryRegistry(
+        "C",
+        tasks_=[
+            task("C.base", "C", "C", 60.0, pinned=True),
+            task("B.q01", "B", "C", 20.0, contract_id=1, price=0.25),
+        ],
+        contracts_=[contract(1, "B", "C"), contract(2, "C", "D")],
+        offers_=[offer_of("B", "C", 7, ["B.q02"], 20.0, "open")],
+    )
+
+
+def test_the_room_a_relay_made_is_used_before_its_moves_commit() -> None:
+    """D accepted C's relay of B.q01 between C's reading of its tasks and of its offers: the
+    tick's task list still has B.q01 at C (its movement only prepared). C takes B's offer on the
+    load it has once B.q01 has left, instead of refusing it for room it has just made."""
+    registry = relaying_host()
+    agent = node(registry)
+    agent.tick(0.0, liveness={"B": "online", "D": "online"})
+    (relay,) = registry.made
+    assert relay["tasks"] == ["B.q01"] and registry.accepted == [] and registry.rejected == []
+    registry.offers_.append(offer_of("C", "D", relay["id"], ["B.q01"], 20.0, "accepted"))
+    agent.tick(1.0, liveness={"B": "online", "D": "online"})
+    assert [a["tasks"] for a in registry.accepted] == [["B.q02"]]
+    assert registry.rejected == []
+
+
+def test_a_relay_refused_downstream_leaves_the_upstream_offer_refused() -> None:
+    registry = relaying_host()
+    agent = node(registry)
+    agent.tick(0.0, liveness={"B": "online", "D": "online"})
+    (relay,) = registry.made
+    registry.offers_.append(offer_of("C", "D", relay["id"], ["B.q01"], 20.0, "rejected"))
+    agent.tick(1.0, liveness={"B": "online", "D": "online"})
+    assert registry.accepted == [] and registry.rejected == [7]
