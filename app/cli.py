@@ -231,6 +231,13 @@ def demo(
     duration: float | None = typer.Option(
         None, "--duration", help="Seconds to run (default: the file's own duration, scaled)."
     ),
+    overtime: float = typer.Option(
+        120.0,
+        "--overtime",
+        min=0.0,
+        help="Seconds the run may go on past the timeline while the allocation is not yet "
+        "acceptable (the market still trading).",
+    ),
     report: Path = typer.Option(Path("var/reports/demo"), "--report", help="Report directory."),
     no_ui: bool = typer.Option(False, "--no-ui", help="No live terminal view."),
     time_scale: float = typer.Option(
@@ -287,6 +294,7 @@ def demo(
             federation=federation,
             report_dir=report,
             duration=duration,
+            overtime=overtime,
             time_scale=time_scale,
             ui=not no_ui,
         ),

@@ -23,7 +23,8 @@ def test_the_demo_runs_as_processes_and_reaches_an_acceptable_allocation(
     report_dir = tmp_path / "report"
     result = run_demo(
         # The timeline at 0.45 (D joins at 108 s), ended once the story is told and the allocation
-        # stayed acceptable 10 s, or at the timeline's end (189 s) whichever comes first.
+        # stayed acceptable 10 s; past the timeline's end (189 s), once it is settled, 120 s later
+        # at the latest (the overtime: the market may still be placing B's load).
         DemoOptions(
             report_dir=report_dir,
             time_scale=0.45,
