@@ -146,7 +146,8 @@ def one_run(
     work: Path,
     console: Console,
 ) -> dict[str, Any]:
-    base = work / f"rate-{rate}-fail-{fail_for_s:g}s-{repeat}"
+    label = "".join(f"-{v}" for _, v in getattr(args, "spark_conf", ()))
+    base = work / f"rate-{rate}-fail-{fail_for_s:g}s-{repeat}{label}"
     options = TentativeOptions(
         report_dir=base / "report",
         work=base / "work",
@@ -157,6 +158,7 @@ def one_run(
         streams=args.streams,
         bucket_seconds=args.bucket_seconds,
         max_delay_s=args.max_delay,
+        agent_spark_conf=tuple(getattr(args, "spark_conf", ())),
     )
     began, load_before = time.time(), os.getloadavg()
     result: dict[str, Any] = {

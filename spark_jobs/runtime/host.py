@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 # Registering a consumer is one small call; a producer that does not answer within this is cut
 # off or gone, and the fragment starts without the hold rather than wait for TCP.
 HOLD_TIMEOUT_S = 5.0
+SCHEDULER_POOL = "spark.scheduler.pool"
 
 
 @dataclass(frozen=True)
@@ -461,15 +462,25 @@ class FragmentRuntime:
                 namespace=self.output_namespace(slot),
                 mirror=self.output_mirror(slot),
             )
-        query = (
-            spec.build(reader.load())
-            .writeStream.queryName(f"{slot}@{self.name}")
-            .outputMode("append")
-            .foreachBatch(sink)
-            .option("checkpointLocation", checkpoint_location)
-            .trigger(processingTime=f"{int(spec.trigger_seconds * 1000)} milliseconds")
-            .start()
-        )
+        # A scheduler pool per query (the query's thread inherits this thread's local property,
+        # and its foreachBatch jobs run in it): under spark.scheduler.mode=FAIR (an agent's
+        # --spark-conf) the queries of one Spark share its cores task by task, where FIFO runs
+        # a long DPC redo batch's tasks before a serving batch submitted after it. Unused under
+        # FIFO, the default.
+        context = self.spark.sparkContext
+        context.setLocalProperty(SCHEDULER_POOL, slot)
+        try:
+            query = (
+                spec.build(reader.load())
+                .writeStream.queryName(f"{slot}@{self.name}")
+                .outputMode("append")
+                .foreachBatch(sink)
+                .option("checkpointLocation", checkpoint_location)
+                .trigger(processingTime=f"{int(spec.trigger_seconds * 1000)} milliseconds")
+                .start()
+            )
+        finally:
+            context.setLocalProperty(SCHEDULER_POOL, None)  # type: ignore[arg-type]
         self._boundaries.outputs[str(query.id)] = (
             spec.output.location,
             spec.output.stream,

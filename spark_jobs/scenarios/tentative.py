@@ -124,6 +124,9 @@ class TentativeOptions(ScenarioOptions):
     streams: int = 2
     bucket_seconds: float = 1.0
     max_delay_s: float | None = None
+    # Extra Spark settings of every agent (``fedload agent --spark-conf KEY=VALUE``): the
+    # benchmark's knob for scheduler experiments (bench/ha/scheduler_pools.py).
+    agent_spark_conf: tuple[tuple[str, str], ...] = ()
 
     def sources(self) -> dict[str, str]:
         """Each source of O.x and the participant whose endpoint serves it."""
@@ -140,7 +143,9 @@ def run_tentative(options: TentativeOptions, console: Console | None = None) -> 
         raise ValueError(f"streams must be 2 or 3, got {options.streams}")
     o_port = free_port()
     proxy = FaultProxy(o_port)
-    common = ("--spark-eager", "--bucket-seconds", f"{options.bucket_seconds:g}")
+    common: tuple[str, ...] = ("--spark-eager", "--bucket-seconds", f"{options.bucket_seconds:g}")
+    for key, value in options.agent_spark_conf:
+        common += ("--spark-conf", f"{key}={value}")
     eager = Placement(args=common)
     placements = {
         OWNER: Placement(port=o_port, args=(*common, "--advertise", f"{LOOPBACK}:{proxy.port}")),
