@@ -438,6 +438,9 @@ class DPCOutput(SOutput):
         # (state, wall time) on every change, for reports.
         self.history: list[tuple[NodeState, float]] = [(self.state, time.time())]
         self.tentative_batches = 0
+        # Where the node's first batch began, when its query started from a replay point: a
+        # redo from the checkpoint packed before that batch starts there too.
+        self.first_bucket: int | None = None
         self.batches: list[BatchRecord] = []
         self._seq = 0
         self._last_sent_us = 0
@@ -467,6 +470,7 @@ class DPCOutput(SOutput):
             "seq": self._seq,
             "last_sent_us": self._last_sent_us,
             "tentative_batches": self.tentative_batches,
+            "first_bucket": self.first_bucket,
             "rules": {
                 "last_stable": list(rules.last_stable) if rules.last_stable else None,
                 "tentative_pending": rules.tentative_pending,
@@ -502,12 +506,19 @@ class DPCOutput(SOutput):
         self._seq = int(saved["seq"])
         self._last_sent_us = int(saved["last_sent_us"])
         self.tentative_batches = int(saved["tentative_batches"])
+        first = saved.get("first_bucket")  # files written before session 30 have none
+        self.first_bucket = None if first is None else int(first)
         rules = saved["rules"]
         last = rules.pop("last_stable")
         for name, value in rules.items():
             setattr(self.rules, name, value)
         self.rules.last_stable = (int(last[0]), str(last[1])) if last else None
         return True
+
+    def note_first_bucket(self, bucket: int) -> None:
+        with self._lock:
+            self.first_bucket = bucket
+            self._persist()
 
     # -- sending ------------------------------------------------------------------------------
     def holds_boundaries(self) -> bool:
@@ -730,6 +741,13 @@ def restore_stable_checkpoint(
             name = path.name.lstrip(".").removesuffix(".crc")
             if name.isdigit() and int(name) >= batch_id:
                 path.unlink()
+    if batch_id == 0:
+        # Packed before the first batch: a new query, to Spark. The directory still holds the
+        # state's schema files, written when batch 0 was planned, and Spark 4 refuses a new
+        # query whose state location is not empty (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY):
+        # every redo died at its start and the copy stayed UP_FAILURE for good (bench/ha,
+        # session 30: 58 redos in 9 minutes).
+        shutil.rmtree(checkpoint_dir / "state", ignore_errors=True)
 
 
 class CutWatch:
@@ -905,6 +923,8 @@ class DPCFragment:
             spec = dataclasses.replace(
                 spec, options={**spec.options, "first_tentative": str(checkpoint.next_bucket)}
             )
+        if replay_from is not None:
+            self.sink.note_first_bucket(replay_from)
         return self.runtime.start(
             spec, epoch=self.epoch, replay_from=replay_from, sink=self.sink.serving
         )
@@ -1087,6 +1107,10 @@ class DPCFragment:
         stable_only.touch()
         self._cuts.reset()
         options = {**self.spec.options, "stable_only_file": str(stable_only)}
+        if batch_id == 0 and self.sink.first_bucket is not None:
+            # Tentative from its first batch (a start-up backlog past the budget): the redo is a
+            # new query, and must begin where the serving one did.
+            options["start_bucket"] = str(self.sink.first_bucket)
         if self.settings.redo_yields:
             # Born paused: its first batch (state restore, planning) is the heaviest, and the next
             # poll decides whether the serving query can spare the cores for it now.

@@ -266,3 +266,56 @@ def test_withheld_input_goes_tentative_then_reconciles_to_the_reference(
             client.close()
     finally:
         host.close()
+
+
+@pytest.mark.spark
+def test_a_node_tentative_from_its_first_batch_reconciles_from_its_replay_point(
+    spark, dpc_servers, tmp_path
+):
+    """B sends nothing before the node starts, so its first batch goes out tentatively: the
+    all-stable checkpoint is the one packed before batch 0 (no offsets, but the state's schema
+    files). The redo is a new query to Spark, which refuses one whose state location is not
+    empty, and must begin where the serving query began (its replay point), not at the oldest
+    bucket the logs hold. Seen in the paper-settings bench: a copy's every redo died at start."""
+    host = FragmentRuntime("H", spark, tmp_path / "H")
+    try:
+        expected = reference(dpc_servers, host)
+        clock, a, b = withheld_inputs(dpc_servers, 0)
+        settings = DPCSettings(X, clock=StreamRef(dpc_servers["home"].location, "clock"))
+        last = FIRST + SECONDS - 1
+        clock.advance("clock", ms(last + 1) + settings.delay_budget_ms)
+
+        node = DPCFragment(host, spec(dpc_servers, ""), settings, epoch=0)
+        node.start(replay_from=FIRST).processAllAvailable()
+        assert node.state is NodeState.UP_FAILURE
+        assert node.sink.checkpoint is not None and node.sink.checkpoint.state[0] == 0
+        assert node.sink.first_bucket == FIRST
+        assert any(m.kind is Kind.TENTATIVE for _, m in node.sink.messages)
+
+        publish(b, "b", OTHER.seconds(0, SECONDS), BUCKET)
+        serving = node.query()
+        deadline = time.monotonic() + 90
+        while node.sink.redo is None and time.monotonic() < deadline:
+            serving.processAllAvailable()
+            node.poll()
+            time.sleep(0.1)
+        assert node.sink.redo is not None, "healed and permitted: the redo copy starts"
+        redo_spec = host.running_spec(node.sink.redo.copy)
+        assert redo_spec is not None and redo_spec.options["start_bucket"] == str(FIRST)
+        while node.state is not NodeState.STABLE and time.monotonic() < deadline:
+            if node.sink.redo is None:
+                node.query().processAllAvailable()
+            node.poll()
+            time.sleep(0.1)
+        assert (node.redo_failures, node.redo_recuts) == (0, 0), host.failure(
+            f"ports.redo-{node.sink.redo_count}"
+        )
+        assert node.state is NodeState.STABLE
+        assert rows(dpc_servers["home"].log.table("out")) == expected
+        kinds = [m.kind for _, m in node.sink.messages]
+        assert kinds.count(Kind.UNDO) == 1 and kinds.count(Kind.REC_DONE) == 1
+        node.runtime.stop("ports")
+        for client in (clock, a, b):
+            client.close()
+    finally:
+        host.close()
