@@ -303,3 +303,43 @@ def test_a_failover_s_batch_id_space_travels_with_the_checkpoint(servers, make_r
         ids = [int(i) for i in client.info("out")["written"]]
     assert all(i < 40 or i >> NAMESPACE_BITS == 1 for i in ids), ids
     assert rows(servers["home"].log.table("out")) == expected
+
+
+class PoolRecordingOutput(SOutput):
+    """SOutput that notes the scheduler pool its batches' jobs are submitted in."""
+
+    pools: list[str | None]
+
+    def write(self, batch, batch_id: int) -> bool:
+        self.pools.append(batch.sparkSession.sparkContext.getLocalProperty("spark.scheduler.pool"))
+        return super().write(batch, batch_id)
+
+
+def test_each_query_and_copy_submits_its_batches_in_a_pool_of_its_own(spark, servers, make_runtime):
+    """Under spark.scheduler.mode=FAIR a pool per query is what lets a serving query's tasks go
+    between a DPC redo's (bench/ha/scheduler_pools.py); the property must reach the jobs the
+    foreachBatch sink submits, and must not stay set on the thread that started the query."""
+    conns = declare(servers["source"], "conns")
+    outs = declare(servers["home"], "out-ports", "out-ports.copy")
+    spec = ports_fragment("ports", servers["source"], "conns", servers["home"], "ports")
+    host = make_runtime("A")
+    publish(conns, "conns", GENERATOR.seconds(0, 4), BUCKET)
+    outputs = []
+    for slot in ("ports", "ports.copy"):
+        output = PoolRecordingOutput(servers["home"].location, f"out-{slot}", 0)
+        output.pools = []
+        outputs.append(output)
+    try:
+        host.start(spec, epoch=0, sink=outputs[0]).processAllAvailable()
+        copy = host.start_copy(
+            spec, "ports.copy", host.checkpoint_root / "ports.copy", epoch=0, sink=outputs[1]
+        )
+        copy.processAllAvailable()
+        assert outputs[0].pools and set(outputs[0].pools) == {"ports"}
+        assert outputs[1].pools and set(outputs[1].pools) == {"ports.copy"}
+        assert spark.sparkContext.getLocalProperty("spark.scheduler.pool") is None
+    finally:
+        for slot in ("ports.copy", "ports"):
+            host.stop(slot)
+        conns.close()
+        outs.close()
