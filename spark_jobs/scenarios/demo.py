@@ -66,6 +66,18 @@ def _told(doc: FederationDoc, moves: list[MoveEvent]) -> bool:
     return sum(1 for m in moves if m.state_bytes > 0) >= 2 and joined_late <= {m.dst for m in moves}
 
 
+def run_over(
+    now: float, duration: float, settled_since: float | None, options: DemoOptions
+) -> bool:
+    """Whether the run ends at ``now``: within the timeline, once settled for
+    ``end_when_settled`` (when asked); past it, once settled (for ``end_when_settled``, if
+    asked) or when the overtime has run out."""
+    held = settled_since is not None and now - settled_since >= (options.end_when_settled or 0.0)
+    if now <= duration:
+        return held and options.end_when_settled is not None
+    return held or now > duration + options.overtime
+
+
 def scaled(doc: FederationDoc, factor: float) -> FederationDoc:
     """The same federation with every time multiplied by ``factor`` (timeline, joins, offers)."""
     if factor == 1.0:
@@ -175,12 +187,7 @@ def _run(
     try:
         with Live(console=console, refresh_per_second=2) if options.ui else _Quiet() as live:
             now = 0.0
-            hold = options.end_when_settled or 0.0
-
-            def done() -> bool:
-                return settled_since is not None and now - settled_since >= hold
-
-            while now <= duration or (not done() and now <= duration + options.overtime):
+            while True:
                 timeline.play(now)
                 view = _read_overview(fed.registry_url, settings)
                 joined = {n for n in fed.agents}
@@ -221,11 +228,7 @@ def _run(
                         "; ".join(view.verdict.reasons),
                     )
                 )
-                if (
-                    options.end_when_settled is not None
-                    and settled_since is not None
-                    and now - settled_since >= options.end_when_settled
-                ):
+                if run_over(now, duration, settled_since, options):
                     break
                 time.sleep(max(0.0, 1.0 - (time.monotonic() - began - now)))
                 now = time.monotonic() - began
