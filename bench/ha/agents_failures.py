@@ -145,8 +145,10 @@ def one_run(
     args: argparse.Namespace,
     work: Path,
     console: Console,
+    spark_conf: tuple[tuple[str, str], ...] = (),
 ) -> dict[str, Any]:
-    label = "".join(f"-{v}" for _, v in getattr(args, "spark_conf", ()))
+    """``spark_conf``: extra Spark settings of every agent (bench/ha/scheduler_pools.py)."""
+    label = "".join(f"-{v}" for _, v in spark_conf)
     base = work / f"rate-{rate}-fail-{fail_for_s:g}s-{repeat}{label}"
     options = TentativeOptions(
         report_dir=base / "report",
@@ -158,7 +160,7 @@ def one_run(
         streams=args.streams,
         bucket_seconds=args.bucket_seconds,
         max_delay_s=args.max_delay,
-        agent_spark_conf=tuple(getattr(args, "spark_conf", ())),
+        agent_spark_conf=spark_conf,
     )
     began, load_before = time.time(), os.getloadavg()
     result: dict[str, Any] = {

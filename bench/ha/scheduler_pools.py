@@ -106,9 +106,10 @@ def main() -> None:
     for fail_for_s in args.failures:
         pair: dict[str, Any] = {"fail_for_s": fail_for_s}
         for mode in MODES:
-            args.spark_conf = [("spark.scheduler.mode", mode)]
             console.rule(f"{fail_for_s:g} s failure, {mode}")
-            pair[mode] = one_run(fail_for_s, args.rate, 0, args, work, console) | {"code": code}
+            conf = (("spark.scheduler.mode", mode),)
+            run = one_run(fail_for_s, args.rate, 0, args, work, console, spark_conf=conf)
+            pair[mode] = run | {"code": code}
         pairs.append(pair)
         args.json.write_text(
             json.dumps(
