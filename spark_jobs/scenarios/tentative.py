@@ -848,6 +848,30 @@ def startup_episodes(state: dict[str, Any], started: float) -> int:
     )
 
 
+def tentative_for_the_cut(
+    history: list[list[Any]], started: float, failure_at: float, heal_at: float
+) -> bool:
+    """The copy was tentative during the cut and never went so between the consumer's start and
+    the cut: it went UP_FAILURE within [failure_at, heal_at), or it was still UP_FAILURE from its
+    start-up when the cut came (one reconciliation after the heal corrects both; a bench run at
+    100 ms buckets had a copy so, session 30)."""
+    went = [float(at) for name, at in since(history, started) if name == NodeState.UP_FAILURE.value]
+    if any(at < failure_at for at in went):
+        return False
+    in_cut = any(failure_at <= at < heal_at for at in went)
+    return in_cut or _state_at(history, failure_at) == NodeState.UP_FAILURE.value
+
+
+def held_permit_after_heal(intervals: list[dict[str, Any]], holder: str, heal_at: float) -> bool:
+    """``holder`` held the reconciliation permit at some moment after the heal: granted after
+    it, or granted before it (a start-up episode's redo that went on through the cut) and
+    released after it."""
+    return any(
+        i["replica"] == holder and (i["released"] is None or i["released"] >= heal_at)
+        for i in intervals
+    )
+
+
 def _state_at(history: list[list[Any]], at: float) -> str | None:
     state = None
     for name, since in history:
@@ -959,15 +983,14 @@ def _two_copies(
         latencies[holder] = latency
         tentative = latency.tentative_buckets
         history = since(state.get("history", []), started)
-        went_tentative = [float(at) for name, at in history if name == NodeState.UP_FAILURE.value]
+        through_cut = tentative_for_the_cut(state.get("history", []), started, failure_at, heal_at)
         boundary = logs[holder].boundary
         corrected[holder] = (
             state.get("state") == NodeState.STABLE.value
             and int(state.get("undos", 0)) >= 1
             and int(state.get("corrections", 0)) > 0
             and int(state.get("rec_dones", 0)) >= 1
-            and bool(went_tentative)
-            and failure_at <= min(went_tentative) < heal_at
+            and through_cut
             and logs[holder].agree
             and bool(tentative)
             and int(boundary or 0) > tentative[-1]
@@ -980,6 +1003,12 @@ def _two_copies(
             "final_state": state.get("state"),
             "history": [[name, ms(float(at))] for name, at in history],
             "startup_episodes": startup_episodes(state, started),
+            # Still UP_FAILURE from its start-up when the cut came (see tentative_for_the_cut).
+            "up_failure_from_startup": through_cut
+            and all(
+                _state_at(state.get("history", []), at) == NodeState.UP_FAILURE.value
+                for at in (started, failure_at)
+            ),
             "reconciliations": [
                 {k: ms(v) if k in _TIMES else v for k, v in p.items()} for p in periods[holder]
             ],
@@ -1031,7 +1060,7 @@ def _two_copies(
             # the next grant, both copies held it after the heal, and each copy's reconciliation
             # (redo to STABLE) lies inside its own permit.
             "reconciliations_one_at_a_time": not overlap
-            and {i["replica"] for i in intervals if i["granted"] >= heal_at} == set(states)
+            and all(held_permit_after_heal(intervals, h, heal_at) for h in states)
             and all(_within_permits(periods[h], h, intervals) for h in states),
             "one_copy_serving_throughout": one_copy_serving(histories, failure_at, finished_at),
             "every_copy_corrected": all(corrected.values()),

@@ -54,8 +54,9 @@ def test_the_replica_goes_tentative_only_during_the_cut(report) -> None:
     assert report["consumer"]["tentative_received"] > 0, report["consumer"]
     history = report["history"][HOLDER]
     went_tentative = [at for state, at in history if state == "UP_FAILURE"]
-    assert went_tentative and report["failure_at_ms"] <= went_tentative[0], history
-    assert went_tentative[0] < report["heal_at_ms"], history
+    assert all(report["failure_at_ms"] <= at for at in went_tentative), history
+    if not report["copies"][HOLDER]["up_failure_from_startup"]:
+        assert went_tentative and went_tentative[0] < report["heal_at_ms"], history
     # The added latency is measured for every bucket (tentatively or stably processed) against
     # the median before the cut; whether it stays within X is a figure of the benchmark
     # (bench.ha.agents_failures), not an assertion here: on a 2-vCPU CI machine at load 20 the
@@ -107,7 +108,11 @@ def test_the_two_copies_reconcile_one_at_a_time_under_the_registrys_permit(repor
     # the permit to each copy, each released it before the next grant.
     intervals = report["permit_intervals"]
     assert isinstance(intervals, list), intervals
-    after_heal = [i for i in intervals if i["granted_ms"] >= report["heal_at_ms"]]
+    # (Granted after the heal, or before it to a copy still tentative from its start-up whose
+    # redo went on through the cut: released after the heal either way.)
+    after_heal = [
+        i for i in intervals if i["released_ms"] is None or i["released_ms"] >= report["heal_at_ms"]
+    ]
     assert {i["replica"] for i in after_heal} == {HOLDER, SECOND}, intervals
     for earlier, later in itertools.pairwise(intervals):
         assert earlier["released_ms"] is not None, intervals
@@ -135,8 +140,12 @@ def test_each_copy_went_tentative_and_ends_stable_with_the_owners_output(report)
     for holder in HOLDERS:
         copy = report["copies"][holder]
         went_tentative = [at for state, at in copy["history"] if state == "UP_FAILURE"]
-        assert went_tentative, (holder, copy["history"])
-        assert report["failure_at_ms"] <= went_tentative[0] < report["heal_at_ms"], copy
+        # Tentative for the cut: it went so during the cut, or it was still so from its start-up
+        # (a loaded machine) when the cut came; never in between.
+        assert went_tentative or copy["up_failure_from_startup"], (holder, copy["history"])
+        assert all(report["failure_at_ms"] <= at for at in went_tentative), copy
+        if not copy["up_failure_from_startup"]:
+            assert went_tentative[0] < report["heal_at_ms"], copy
         assert copy["tentative_rows"] > 0 and copy["tentative_buckets"] > 0, copy
         assert copy["undos"] >= 1 and copy["corrections"] > 0 and copy["rec_dones"] >= 1, copy
         assert copy["final_state"] == "STABLE", copy

@@ -7,11 +7,13 @@ from typing import Any
 
 from spark_jobs.scenarios.tentative import (
     _reconciling,
+    held_permit_after_heal,
     intervals_overlap,
     one_copy_serving,
     permit_intervals,
     since,
     startup_episodes,
+    tentative_for_the_cut,
 )
 
 
@@ -120,3 +122,54 @@ def test_a_start_up_episode_is_counted_apart_and_left_out_of_the_measured_histor
     assert since(history, 100.0) == history[4:]
     assert startup_episodes({"history": history}, 100.0) == 1
     assert startup_episodes({"history": history}, 5.0) == 0
+
+
+# A copy's states as its agent records them: [state, wall time].
+CUT, HEAL, STARTED = 100.0, 112.0, 60.0
+
+
+def test_a_copy_tentative_during_the_cut_only_is_tentative_for_the_cut() -> None:
+    history = [["STABLE", 10.0], ["UP_FAILURE", 101.5], ["STABILIZATION", 130.0], ["STABLE", 160.0]]
+    assert tentative_for_the_cut(history, STARTED, CUT, HEAL)
+
+
+def test_a_copy_still_tentative_from_its_start_up_at_the_cut_is_tentative_for_the_cut() -> None:
+    # Went tentative while it caught up (before the consumer's start) and reconciled once, after
+    # the heal, for both: one UNDO corrects the start-up's rows and the cut's.
+    history = [["STABLE", 10.0], ["UP_FAILURE", 40.0], ["STABILIZATION", 130.0], ["STABLE", 160.0]]
+    assert tentative_for_the_cut(history, STARTED, CUT, HEAL)
+
+
+def test_a_copy_tentative_between_the_start_and_the_cut_is_not() -> None:
+    history = [["STABLE", 10.0], ["UP_FAILURE", 80.0], ["STABILIZATION", 130.0], ["STABLE", 160.0]]
+    assert not tentative_for_the_cut(history, STARTED, CUT, HEAL)
+
+
+def test_a_copy_stable_through_the_cut_or_tentative_only_after_the_heal_is_not() -> None:
+    assert not tentative_for_the_cut([["STABLE", 10.0]], STARTED, CUT, HEAL)
+    late = [["STABLE", 10.0], ["UP_FAILURE", 115.0], ["STABILIZATION", 130.0], ["STABLE", 160.0]]
+    assert not tentative_for_the_cut(late, STARTED, CUT, HEAL)
+    # Tentative from its start-up but STABLE again before the cut, and stable through it.
+    healed = [["UP_FAILURE", 40.0], ["STABILIZATION", 70.0], ["STABLE", 90.0]]
+    assert not tentative_for_the_cut(healed, STARTED, CUT, HEAL)
+
+
+def test_a_permit_granted_before_the_heal_and_released_after_it_was_held_after_the_heal() -> None:
+    intervals = permit_intervals(
+        [
+            record("granted", "U", 95.0, 1),  # a start-up episode's redo, on through the cut
+            record("released", "U", 140.0, 1),
+            record("granted", "T", 140.5, 2),
+            record("released", "T", 170.0, 2),
+        ]
+    )
+    assert held_permit_after_heal(intervals, "U", HEAL)
+    assert held_permit_after_heal(intervals, "T", HEAL)
+
+
+def test_a_permit_released_before_the_heal_was_not_held_after_it() -> None:
+    intervals = permit_intervals(
+        [record("granted", "U", 70.0, 1), record("released", "U", 90.0, 1)]
+    )
+    assert not held_permit_after_heal(intervals, "U", HEAL)
+    assert not held_permit_after_heal(intervals, "T", HEAL)
