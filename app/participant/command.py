@@ -93,6 +93,18 @@ class AgentOptions:
     # The federation's boundary interval (every agent of it the same): a source closes a bucket
     # this often, and logs and windows count in it.
     bucket_seconds: float = 1.0
+    # How this agent's active copies reconcile: "alongside" (the serving query goes on beside
+    # the redo) or "alone" (Borealis: it stands down and consumers read another copy).
+    reconcile: str = "alongside"
+
+    def __post_init__(self) -> None:
+        if self.reconcile not in RECONCILE_MODES:
+            raise ValueError(
+                f"reconcile must be one of {', '.join(RECONCILE_MODES)}, got {self.reconcile!r}"
+            )
+
+
+RECONCILE_MODES = ("alongside", "alone")
 
 
 @dataclass(frozen=True)
@@ -314,6 +326,15 @@ def agent_command(host_factory: Callable[[], HostFactory]) -> Callable[..., None
             help="Boundary interval of the federation's streams, dividing a second (Borealis: "
             "0.1); every agent of a federation must use the same.",
         ),
+        reconcile: str = typer.Option(
+            "alongside",
+            "--reconcile",
+            envvar="FEDLOAD_RECONCILE",
+            help="How an active copy held here reconciles after a failure: 'alongside' (its "
+            "serving query goes on, tentative within X, beside the redo) or 'alone' (Borealis: "
+            "it stops serving for the redo, advertising STABILIZATION, and consumers read "
+            "another copy).",
+        ),
         tls_cert: Path | None = typer.Option(
             None,
             "--tls-cert",
@@ -368,6 +389,11 @@ def agent_command(host_factory: Callable[[], HostFactory]) -> Callable[..., None
             buckets_per_second(bucket_seconds)
         except ValueError as error:
             raise typer.BadParameter(str(error), param_hint="--bucket-seconds") from error
+        if reconcile not in RECONCILE_MODES:
+            raise typer.BadParameter(
+                f"{reconcile!r} is not one of {', '.join(RECONCILE_MODES)}",
+                param_hint="--reconcile",
+            )
         # Now, in one line, rather than after contacting the service and starting the host.
         ensure_free_port(listen_host, listen_port, "--listen")
         model = None
@@ -398,6 +424,7 @@ def agent_command(host_factory: Callable[[], HostFactory]) -> Callable[..., None
             tls_key=tls_key,
             tls_ca=tls_ca,
             bucket_seconds=bucket_seconds,
+            reconcile=reconcile,
         )
         raise typer.Exit(run_agent(options, host_factory()))
 

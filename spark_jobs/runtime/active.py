@@ -230,6 +230,7 @@ class ActiveReplicas:
             clock_offset_ms=offset_ms,
             adaptive_budget=True,
             min_budget_share=MIN_BUDGET_SHARE,
+            serve_while_reconciling=host.serve_while_reconciling,
             info_timeout_ms=info_timeout_ms(max_delay),
         )
         registry = host.client
@@ -269,7 +270,7 @@ class ActiveReplicas:
     def _report(self, copy: _Copy) -> None:
         """Tell the registry the copy's DPC state when it changed (the admin's availability
         page shows it); a consumer asks the copy itself (``dpc_state``), never waiting on this."""
-        state = copy.dpc.state.value
+        state = copy.dpc.advertised_state.value
         if state == copy.reported:
             return
         try:
@@ -316,7 +317,8 @@ class ActiveReplicas:
         sink = copy.dpc.sink
         return {
             "task": copy.task,
-            "state": copy.dpc.state.value,
+            # STABILIZATION while its serving query stands down for a redo: read another copy.
+            "state": copy.dpc.advertised_state.value,
             "max_delay_seconds": copy.max_delay_s,
             "replay_from": copy.replay_from,
             "tentative_batches": sink.tentative_batches,

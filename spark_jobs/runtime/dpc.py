@@ -172,6 +172,12 @@ class DPCSettings:
     # permit asked for once ran out mid-redo and went to the next copy, and both reconciled at
     # once. Every 2 s leaves room for a few slow polls or registry calls within one lease.
     permit_renew_seconds: float = 2.0
+    # Off, Borealis's way (SIGMOD 2005, section 4.5: replicas reconcile in turn while another
+    # serves): a reconciling copy stops its serving query for its redo's time and advertises
+    # STABILIZATION, so consumers read the other copy (UP_FAILURE or STABLE) and the redo has
+    # the copy's cores to itself instead of yielding. On: the serving query goes on beside the
+    # redo (tentative within X), which a copy with no other copy to fall back on needs.
+    serve_while_reconciling: bool = True
 
     def __post_init__(self) -> None:
         if self.max_delay_seconds <= 0:
@@ -514,6 +520,14 @@ class DPCOutput(SOutput):
             setattr(self.rules, name, value)
         self.rules.last_stable = (int(last[0]), str(last[1])) if last else None
         return True
+
+    def note_advertised(self, state: NodeState) -> None:
+        """Record a state the node advertises without its state machine moving (its serving
+        query standing down for a redo, and back): reports read the history as what consumers
+        were told."""
+        with self._lock:
+            if self.history[-1][0] is not state:
+                self.history.append((state, time.time()))
 
     def note_first_bucket(self, bucket: int) -> None:
         with self._lock:
@@ -905,10 +919,23 @@ class DPCFragment:
         # cut for X (each asked for the permit again after the next heal).
         self._cuts = CutWatch(settings.max_delay_seconds)
         self.redo_recuts = 0
+        # Borealis's way (``serve_while_reconciling`` off): the serving query's spec while it is
+        # stopped for a redo (None: it serves).
+        self._stood_down: FragmentSpec | None = None
 
     @property
     def state(self) -> NodeState:
         return self.sink.state
+
+    @property
+    def advertised_state(self) -> NodeState:
+        """What consumers and the registry are told: STABILIZATION while the serving query stands
+        down for a redo (it sends nothing then), else the node's state."""
+        return NodeState.STABILIZATION if self._stood_down is not None else self.sink.state
+
+    @property
+    def serving_stood_down(self) -> bool:
+        return self._stood_down is not None
 
     @property
     def resumed(self) -> bool:
@@ -938,7 +965,7 @@ class DPCFragment:
         if self.sink.state is not NodeState.UP_FAILURE or checkpoint is None or end is None:
             return False
         # The inputs as the agent keeps them (their active copies placed since the start).
-        running = self.runtime.running_spec(self.spec.name)
+        running = self.runtime.running_spec(self.spec.name) or self._stood_down
         inputs = (running or self.spec).inputs
         names = [f"{i.location}/{i.stream}" for i in inputs]
         bucket_ms = round(self.spec.bucket_seconds * 1000)
@@ -1022,7 +1049,7 @@ class DPCFragment:
     def poll(self) -> bool:
         """Advance reconciliation; True when it started a redo copy (the heal was noticed and
         the permit granted). The permit is held from the redo's start to REC_DONE."""
-        if self.settings.adaptive_budget:
+        if self.settings.adaptive_budget and self._stood_down is None:
             self.adapt_budget()
         redo = self.sink.redo
         if redo is None:
@@ -1041,12 +1068,14 @@ class DPCFragment:
                 self._gap_since = now
             if (
                 self.settings.redo_yields
+                and self.settings.serve_while_reconciling
                 and now - self._gap_since <= self._yield_s
                 and self.serving_needs_cores()
             ):
                 # Start the redo in a gap too: starting a query (its source's Python worker,
                 # the checkpoint) costs a second or two of CPU on the same cores. For X at most:
-                # a loaded machine may have no gap (see yield_redo).
+                # a loaded machine may have no gap (see yield_redo). A copy that reconciles
+                # alone stops its serving query for the redo: no gap to wait for.
                 return False
             if not self.permit.acquire():
                 return False
@@ -1077,13 +1106,30 @@ class DPCFragment:
             self.store.stable_only_path(redo.copy).unlink(missing_ok=True)
             self.sink.drop_redo()
             shutil.rmtree(redo.sink.checkpoint_dir, ignore_errors=True)
+            self._serve_again()
             self.permit.release()
             return False
         if self.sink.caught_up():
             self.switch()
-        elif self.settings.redo_yields:
+        elif self.settings.redo_yields and self._stood_down is None:
             self.yield_redo(redo)
         return False
+
+    def _stand_down(self) -> None:
+        """Borealis's way: stop the serving query for the redo's time. Its checkpoint stays the
+        fragment's (the switch adopts the redo's; a dropped redo restarts it from there)."""
+        self._stood_down = self.runtime.running_spec(self.spec.name) or self.spec
+        self.runtime.stop(self.spec.name)
+        self.sink.note_advertised(NodeState.STABILIZATION)
+
+    def _serve_again(self) -> None:
+        """The redo was dropped: the stood-down serving query resumes from its checkpoint, still
+        in failure (tentative within X), until the next heal and permit."""
+        stood_down, self._stood_down = self._stood_down, None
+        if stood_down is None:
+            return
+        self.sink.note_advertised(self.sink.state)
+        self.start()
 
     def begin_redo(self) -> None:
         """Start the redo copy from the all-stable checkpoint; the serving query goes on."""
@@ -1111,13 +1157,17 @@ class DPCFragment:
             # Tentative from its first batch (a start-up backlog past the budget): the redo is a
             # new query, and must begin where the serving one did.
             options["start_bucket"] = str(self.sink.first_bucket)
-        if self.settings.redo_yields:
+        alone = not self.settings.serve_while_reconciling
+        if self.settings.redo_yields and not alone:
             # Born paused: its first batch (state restore, planning) is the heaviest, and the next
             # poll decides whether the serving query can spare the cores for it now.
             self.store.pause(copy, True)
             self._paused_since = time.time()
             options["pause_file"] = str(self.store.pause_path(copy))
         spec = dataclasses.replace(self.spec, options=options)
+        if alone:
+            # Before the copy starts, so that it never shares the cores with a serving batch.
+            self._stand_down()
         self.runtime.start_copy(spec, copy, directory, epoch=self.epoch, sink=sink)
         record: dict[str, float] = {"began": began, "redo_started": time.time()}
         # State size at the heal, for reconciliation time vs state size: the packed all-stable
@@ -1144,7 +1194,8 @@ class DPCFragment:
         old = self.runtime.checkpoint_dir(self.spec.name)
         # The copy becomes the serving query: it must never read its pause file again.
         self._unpause(redo.copy)
-        self.runtime.stop(self.spec.name)
+        self.runtime.stop(self.spec.name)  # already stopped when it stood down
+        self._stood_down = None
         self.sink.switch()
         # Only now: its batches go through the serving path from here, which handles a
         # tentative one (before, the redo's hold would have dropped it mid-switch).

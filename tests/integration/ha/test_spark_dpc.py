@@ -319,3 +319,116 @@ def test_a_node_tentative_from_its_first_batch_reconciles_from_its_replay_point(
             client.close()
     finally:
         host.close()
+
+
+def _tentative_through_the_failure(dpc_servers, host, settings: DPCSettings, **node_args):
+    """A node whose input B stops at bucket WITHHELD_FROM, run to the end of the input: it is
+    UP_FAILURE with tentative output. Returns (node, clients to close)."""
+    clock, a, b = withheld_inputs(dpc_servers, WITHHELD_FROM)
+    clock.advance("clock", ms(FIRST + SECONDS) + settings.delay_budget_ms)
+    node = DPCFragment(host, spec(dpc_servers, ""), settings, epoch=0, **node_args)
+    node.start().processAllAvailable()
+    assert node.state is NodeState.UP_FAILURE
+    assert any(m.kind is Kind.TENTATIVE for _, m in node.sink.messages)
+    return node, (clock, a, b)
+
+
+def _poll_until(node: DPCFragment, done, seconds: float = 90) -> None:
+    deadline = time.monotonic() + seconds
+    while not done() and time.monotonic() < deadline:
+        if node.runtime.is_running("ports"):
+            node.query().processAllAvailable()
+        node.poll()
+        time.sleep(0.1)
+    assert done(), f"not reached in {seconds} s: {node.advertised_state}, {node.sink.history}"
+
+
+@pytest.mark.spark
+def test_a_copy_reconciling_alone_stands_down_advertises_stabilization_and_corrects(
+    spark, dpc_servers, tmp_path
+):
+    """Borealis's way (``serve_while_reconciling`` off): from the redo's start the serving query
+    is stopped and the copy advertises STABILIZATION (consumers read another copy), the redo runs
+    without yielding, and the switch brings the same corrected output as reconciling alongside."""
+    host = FragmentRuntime("H", spark, tmp_path / "H")
+    try:
+        expected = reference(dpc_servers, host)
+        settings = DPCSettings(
+            X,
+            clock=StreamRef(dpc_servers["home"].location, "clock"),
+            serve_while_reconciling=False,
+        )
+        node, clients = _tentative_through_the_failure(dpc_servers, host, settings)
+        assert node.advertised_state is NodeState.UP_FAILURE
+        serving = node.query()
+        publish(clients[2], "b", OTHER.seconds(WITHHELD_FROM, SECONDS), BUCKET)
+
+        _poll_until(node, lambda: node.sink.redo is not None)
+        redo = node.sink.redo
+        assert redo is not None
+        assert not serving.isActive, "the serving query stands down for the redo"
+        assert not host.is_running("ports")
+        assert node.advertised_state is NodeState.STABILIZATION
+        assert node.state is NodeState.UP_FAILURE, "the node's own state waits for the switch"
+        assert node.sink.history[-1][0] is NodeState.STABILIZATION
+        assert not node.store.pause_path(redo.copy).exists(), "nothing to yield to: no pause"
+        sent_before = len(node.sink.messages)
+
+        _poll_until(node, lambda: node.sink.redo is None)
+        assert (node.redo_failures, node.redo_recuts) == (0, 0)
+        undo = next(i for i, (_, m) in enumerate(node.sink.messages) if m.kind is Kind.UNDO)
+        assert undo == sent_before, "the stood-down copy sent nothing before its UNDO"
+        assert node.query().isActive and node.query().id != serving.id
+        _poll_until(node, lambda: node.state is NodeState.STABLE)
+        assert node.advertised_state is NodeState.STABLE
+        assert rows(dpc_servers["home"].log.table("out")) == expected
+        kinds = [m.kind for _, m in node.sink.messages]
+        assert kinds.count(Kind.UNDO) == 1 and kinds.count(Kind.REC_DONE) == 1
+        node.runtime.stop("ports")
+        for client in clients:
+            client.close()
+    finally:
+        host.close()
+
+
+@pytest.mark.spark
+def test_a_copy_that_loses_its_permit_while_stood_down_serves_again_then_reconciles(
+    spark, dpc_servers, tmp_path
+):
+    """The permit's renewal is refused mid-redo (its lease went to another copy): the redo is
+    dropped and the stood-down serving query runs again from its checkpoint, tentative and
+    advertised UP_FAILURE, until the permit is granted again."""
+    answers = iter([True, False])  # granted, then the first renewal refused; later: granted
+
+    def request(_name: str) -> bool:
+        return next(answers, True)
+
+    host = FragmentRuntime("H", spark, tmp_path / "H")
+    try:
+        expected = reference(dpc_servers, host)
+        settings = DPCSettings(
+            X,
+            clock=StreamRef(dpc_servers["home"].location, "clock"),
+            serve_while_reconciling=False,
+            permit_renew_seconds=0.1,
+        )
+        node, clients = _tentative_through_the_failure(
+            dpc_servers, host, settings, request_permission=request
+        )
+        publish(clients[2], "b", OTHER.seconds(WITHHELD_FROM, SECONDS), BUCKET)
+        _poll_until(node, lambda: node.sink.redo is not None)
+        assert node.advertised_state is NodeState.STABILIZATION
+        stood_down = node.sink.history[-1][1]
+
+        _poll_until(node, lambda: node.permit.lost == 1)
+        assert host.is_running("ports"), "serving again once the redo is dropped"
+        states = [state for state, at in node.sink.history if at >= stood_down]
+        assert states[:2] == [NodeState.STABILIZATION, NodeState.UP_FAILURE], states
+        _poll_until(node, lambda: node.state is NodeState.STABLE)
+        assert node.sink.redo_count == 2
+        assert rows(dpc_servers["home"].log.table("out")) == expected
+        node.runtime.stop("ports")
+        for client in clients:
+            client.close()
+    finally:
+        host.close()
