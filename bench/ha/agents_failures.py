@@ -146,9 +146,12 @@ def one_run(
     work: Path,
     console: Console,
     spark_conf: tuple[tuple[str, str], ...] = (),
+    reconcile: str = "alongside",
 ) -> dict[str, Any]:
-    """``spark_conf``: extra Spark settings of every agent (bench/ha/scheduler_pools.py)."""
-    label = "".join(f"-{v}" for _, v in spark_conf)
+    """``spark_conf``: extra Spark settings of every agent (bench/ha/scheduler_pools.py);
+    ``reconcile``: how the copies reconcile (``fedload agent --reconcile``,
+    bench/ha/reconcile_modes.py)."""
+    label = "".join(f"-{v}" for _, v in spark_conf) + ("" if reconcile == "alongside" else "-alone")
     base = work / f"rate-{rate}-fail-{fail_for_s:g}s-{repeat}{label}"
     options = TentativeOptions(
         report_dir=base / "report",
@@ -161,6 +164,7 @@ def one_run(
         bucket_seconds=args.bucket_seconds,
         max_delay_s=args.max_delay,
         agent_spark_conf=spark_conf,
+        reconcile=reconcile,
     )
     began, load_before = time.time(), os.getloadavg()
     result: dict[str, Any] = {
@@ -169,6 +173,7 @@ def one_run(
         "settings": settings_of(args),
         "repeat": repeat,
         "started_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S"),
+        "reconcile": reconcile,
     }
     try:
         report = run_tentative(options, console)

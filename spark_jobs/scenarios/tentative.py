@@ -127,6 +127,9 @@ class TentativeOptions(ScenarioOptions):
     # Extra Spark settings of every agent (``fedload agent --spark-conf KEY=VALUE``): the
     # benchmark's knob for scheduler experiments (bench/ha/scheduler_pools.py).
     agent_spark_conf: tuple[tuple[str, str], ...] = ()
+    # How the copies reconcile (``fedload agent --reconcile``): "alongside" (the serving query
+    # goes on beside the redo) or "alone" (it stands down, STABILIZATION, for the redo's time).
+    reconcile: str = "alongside"
 
     def sources(self) -> dict[str, str]:
         """Each source of O.x and the participant whose endpoint serves it."""
@@ -146,6 +149,7 @@ def run_tentative(options: TentativeOptions, console: Console | None = None) -> 
     common: tuple[str, ...] = ("--spark-eager", "--bucket-seconds", f"{options.bucket_seconds:g}")
     for key, value in options.agent_spark_conf:
         common += ("--spark-conf", f"{key}={value}")
+    common += ("--reconcile", options.reconcile)
     eager = Placement(args=common)
     placements = {
         OWNER: Placement(port=o_port, args=(*common, "--advertise", f"{LOOPBACK}:{proxy.port}")),
@@ -649,6 +653,7 @@ def _report(
         "through": "fedload serve + fedload agent processes",
         "processes": processes,
         "cut_mode": options.cut_mode,
+        "reconcile": options.reconcile,
         "cut": f"every link into {OWNER} (its agent advertises a fault proxy)",
         "failure_at_ms": ms(failure_at),
         "heal_at_ms": ms(heal_at),
