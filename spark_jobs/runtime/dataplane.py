@@ -191,8 +191,10 @@ class RegistryTokens:
                 self._get(grant)
             except TokenRefused as error:
                 # Not entitled any more (the task moved on): forget it, and drop it from the
-                # spilled file. An unreachable registry forgets nothing: it is asked again.
-                log.info("%s", error)
+                # spilled file. An unreachable registry forgets nothing: it is asked again. The
+                # usual end of every movement's token, so DEBUG: at INFO it read as a fault on
+                # every finished movement in the agents' logs.
+                log.debug("forgetting a token the registry no longer grants: %s", error)
                 with self._lock:
                     self._held.pop(grant_key(grant), None)
                     snapshot = {k: v[1] for k, v in self._held.items()}

@@ -66,12 +66,18 @@ def test_an_unreachable_registry_keeps_tokens_in_force_until_they_expire(
         tokens.token("x", GRANT)
 
 
-def test_a_refused_renewal_forgets_the_token_everywhere(registry: Registry, tmp_path: Path) -> None:
+def test_a_refused_renewal_forgets_the_token_everywhere(
+    registry: Registry, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     spill = tmp_path / "t.json"
     tokens = RegistryTokens(registry.fetch, spill=spill, clock=lambda: registry.now)
     tokens.token("x", GRANT)
     registry.answer, registry.now = "refuses", registry.now + 60
-    tokens.renew()
+    with caplog.at_level("DEBUG", logger="fedload.dataplane"):
+        tokens.renew()
+    # The usual end of a finished movement's token: said at DEBUG, never as a fault.
+    said = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert said == [("DEBUG", "forgetting a token the registry no longer grants: not yours")]
     assert grant_key(GRANT) not in json.loads(spill.read_text())
     with pytest.raises(TokenRefused):
         tokens.token("x", GRANT)
