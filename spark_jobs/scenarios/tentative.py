@@ -502,7 +502,11 @@ class CopyLatency:
         return bucket_end(bucket, self.bucket_s, self.offset_s)
 
     @classmethod
-    def of(cls, holder: dict[str, Any], started: float, failure_at: float) -> CopyLatency:
+    def of(
+        cls, holder: dict[str, Any], started: float, failure_at: float, *, alone: bool = False
+    ) -> CopyLatency:
+        """``alone``: the copy reconciled Borealis's way (``fedload agent --reconcile alone``),
+        and the buckets of its stand-downs are left out (``stood_down``)."""
         per_bucket = node_latencies(holder)
         offset_s, bucket_s = float(holder["clock_offset_ms"]) / 1000, bucket_seconds(holder)
 
@@ -514,7 +518,12 @@ class CopyLatency:
             for bucket, (lat, _) in per_bucket.items()
             if started <= ends_at(bucket) < failure_at
         ]
-        live = {b: v for b, v in per_bucket.items() if ends_at(b) >= started}
+        periods = stood_down(holder) if alone else []
+        live = {
+            b: v
+            for b, v in per_bucket.items()
+            if ends_at(b) >= started and not any(lo <= ends_at(b) <= hi for lo, hi in periods)
+        }
         return cls(
             live,
             offset_s,
@@ -530,6 +539,27 @@ class CopyLatency:
     @property
     def tentative_buckets(self) -> list[int]:
         return sorted(b for b, (_, tentative) in self.live.items() if tentative)
+
+
+def stood_down(holder: dict[str, Any]) -> list[tuple[float, float]]:
+    """When a copy reconciling alone did not serve, as the window of bucket ends it left to the
+    other copy: from X before each stand-down (buckets it had not sent yet go out only at its
+    switch) to the end of the STABILIZATION it advertised (STABLE again, or UP_FAILURE when its
+    redo was dropped); a stand-down still on at the end runs to infinity. The consumer read the
+    other copy meanwhile, so these buckets' first version is the other copy's."""
+    margin = float(holder["max_delay_seconds"])
+    periods: list[tuple[float, float]] = []
+    began: float | None = None
+    for name, at in holder.get("history", []):
+        if name == NodeState.STABILIZATION.value:
+            if began is None:
+                began = float(at)
+        elif began is not None:
+            periods.append((began - margin, float(at)))
+            began = None
+    if began is not None:
+        periods.append((began - margin, float("inf")))
+    return periods
 
 
 def first_version_latency(
@@ -595,7 +625,7 @@ def _report(
     def ms(at: float) -> int:
         return round((at - started) * 1000)
 
-    latency = CopyLatency.of(holder, started, failure_at)
+    latency = CopyLatency.of(holder, started, failure_at, alone=options.reconcile == "alone")
     live, tentative_buckets = latency.live, latency.tentative_buckets
     baseline, worst, added = latency.baseline, latency.worst, latency.added
     # At the consumer: per window end, when it first held a row of it (tentative or stable),
@@ -984,7 +1014,9 @@ def _two_copies(
     }
     latencies: dict[str, CopyLatency] = {}
     for holder, state in states.items():
-        latency = CopyLatency.of(state, started, failure_at)
+        latency = CopyLatency.of(
+            state, started, failure_at, alone=report.get("reconcile") == "alone"
+        )
         latencies[holder] = latency
         tentative = latency.tentative_buckets
         history = since(state.get("history", []), started)

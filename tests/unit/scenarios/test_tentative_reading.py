@@ -14,7 +14,12 @@ from app.availability.tuples import Kind, Row
 from spark_jobs.runtime.dpc import DPCOutput
 from spark_jobs.runtime.transport import StreamClient, StreamServer
 from spark_jobs.scenarios.replicas import FlightCompanion
-from spark_jobs.scenarios.tentative import node_latencies
+from spark_jobs.scenarios.tentative import (
+    CopyLatency,
+    first_version_latency,
+    node_latencies,
+    stood_down,
+)
 
 LOG = "O.x.out@T"
 
@@ -80,3 +85,54 @@ def test_node_latency_is_first_processing_of_each_bucket_after_its_end() -> None
     assert found[12] == pytest.approx((2.5, True))
     assert found[13] == pytest.approx((7.0, False))
     assert sorted(found) == [10, 11, 12, 13]
+
+
+def _copy(history: list[list[object]], batches: list[list[object]]) -> dict[str, object]:
+    return {
+        "clock_offset_ms": 0,
+        "max_delay_seconds": 3.0,
+        "bucket_ms": 1000,
+        "history": history,
+        "batches": batches,
+    }
+
+
+def test_a_copy_reconciling_alone_did_not_serve_from_x_before_its_stand_down_to_stable() -> None:
+    history = [
+        ["STABLE", 0.0],
+        ["UP_FAILURE", 10.0],
+        ["STABILIZATION", 30.0],  # stood down for its redo
+        ["STABILIZATION", 40.0],  # the switch (the state machine's own)
+        ["STABLE", 42.0],
+        ["UP_FAILURE", 50.0],
+        ["STABILIZATION", 60.0],  # a second redo, dropped: serving again at 65
+        ["UP_FAILURE", 65.0],
+        ["STABILIZATION", 70.0],  # standing down when the run ended
+    ]
+    assert stood_down(_copy(history, [])) == [
+        (27.0, 42.0),
+        (57.0, 65.0),
+        (67.0, float("inf")),
+    ]
+
+
+def test_buckets_a_copy_left_to_the_other_while_stood_down_count_for_the_other_only() -> None:
+    # T stands down at 20 and switches at 32.5: buckets 17-31 first leave in its redo's batch at
+    # the switch. U served every bucket 1.5 s after its end; the first version of those is U's,
+    # and T's own figure leaves them out only when the run reconciled alone.
+    serving = [[b + 1, False, b + 2.0] for b in [*range(17), *range(32, 40)]]
+    t = _copy(
+        [["STABLE", 0.0], ["UP_FAILURE", 12.0], ["STABILIZATION", 20.0], ["STABLE", 33.0]],
+        sorted([*serving, [32, False, 32.5]], key=lambda batch: batch[2]),
+    )
+    u = _copy([["STABLE", 0.0]], [[b + 1, False, b + 2.5] for b in range(40)])
+    together = CopyLatency.of(t, 0.0, 10.0)
+    alone = CopyLatency.of(t, 0.0, 10.0, alone=True)
+    assert together.added == pytest.approx(32.5 - 18.0 - 1.0)  # bucket 17: ended at 18
+    # Left out: buckets that ended from X before the stand-down (17) to STABLE again (33).
+    assert {15, 33} <= set(alone.live) and not set(range(16, 33)) & set(alone.live)
+    assert alone.added == pytest.approx(0.0)
+    first = first_version_latency([alone, CopyLatency.of(u, 0.0, 10.0)], 0.0, 10.0)
+    assert first["max_added_latency_ms"] == pytest.approx(500.0)  # U's 1.5 s against 1 s
+    alongside = first_version_latency([together], 0.0, 10.0)
+    assert alongside["max_added_latency_ms"] == pytest.approx(13500.0)
