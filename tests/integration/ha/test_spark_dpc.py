@@ -333,6 +333,11 @@ def _tentative_through_the_failure(dpc_servers, host, settings: DPCSettings, **n
     return node, (clock, a, b)
 
 
+def _reconciling_alone(dpc_servers, **extra) -> DPCSettings:
+    clock = StreamRef(dpc_servers["home"].location, "clock")
+    return DPCSettings(X, clock=clock, serve_while_reconciling=False, **extra)
+
+
 def _poll_until(node: DPCFragment, done, seconds: float = 90) -> None:
     deadline = time.monotonic() + seconds
     while not done() and time.monotonic() < deadline:
@@ -353,11 +358,7 @@ def test_a_copy_reconciling_alone_stands_down_advertises_stabilization_and_corre
     host = FragmentRuntime("H", spark, tmp_path / "H")
     try:
         expected = reference(dpc_servers, host)
-        settings = DPCSettings(
-            X,
-            clock=StreamRef(dpc_servers["home"].location, "clock"),
-            serve_while_reconciling=False,
-        )
+        settings = _reconciling_alone(dpc_servers)
         node, clients = _tentative_through_the_failure(dpc_servers, host, settings)
         assert node.advertised_state is NodeState.UP_FAILURE
         serving = node.query()
@@ -406,12 +407,7 @@ def test_a_copy_that_loses_its_permit_while_stood_down_serves_again_then_reconci
     host = FragmentRuntime("H", spark, tmp_path / "H")
     try:
         expected = reference(dpc_servers, host)
-        settings = DPCSettings(
-            X,
-            clock=StreamRef(dpc_servers["home"].location, "clock"),
-            serve_while_reconciling=False,
-            permit_renew_seconds=0.1,
-        )
+        settings = _reconciling_alone(dpc_servers, permit_renew_seconds=0.1)
         node, clients = _tentative_through_the_failure(
             dpc_servers, host, settings, request_permission=request
         )
