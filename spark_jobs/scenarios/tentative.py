@@ -505,8 +505,9 @@ class CopyLatency:
     def of(
         cls, holder: dict[str, Any], started: float, failure_at: float, *, alone: bool = False
     ) -> CopyLatency:
-        """``alone``: the copy reconciled Borealis's way (``fedload agent --reconcile alone``),
-        and the buckets of its stand-downs are left out (``stood_down``)."""
+        """``alone``: the copy reconciled Borealis's way (``fedload agent --reconcile alone``):
+        buckets it first sent during a stand-down (``stood_down``: in its redo's batches at the
+        switch) are left out, as the other copy's to serve."""
         per_bucket = node_latencies(holder)
         offset_s, bucket_s = float(holder["clock_offset_ms"]) / 1000, bucket_seconds(holder)
 
@@ -519,10 +520,15 @@ class CopyLatency:
             if started <= ends_at(bucket) < failure_at
         ]
         periods = stood_down(holder) if alone else []
+
+        def left_to_the_other(bucket: int, latency: float) -> bool:
+            sent_at = ends_at(bucket) + latency
+            return any(lo < sent_at <= hi for lo, hi in periods)
+
         live = {
             b: v
             for b, v in per_bucket.items()
-            if ends_at(b) >= started and not any(lo <= ends_at(b) <= hi for lo, hi in periods)
+            if ends_at(b) >= started and not left_to_the_other(b, v[0])
         }
         return cls(
             live,
@@ -542,12 +548,11 @@ class CopyLatency:
 
 
 def stood_down(holder: dict[str, Any]) -> list[tuple[float, float]]:
-    """When a copy reconciling alone did not serve, as the window of bucket ends it left to the
-    other copy: from X before each stand-down (buckets it had not sent yet go out only at its
-    switch) to the end of the STABILIZATION it advertised (STABLE again, or UP_FAILURE when its
-    redo was dropped); a stand-down still on at the end runs to infinity. The consumer read the
-    other copy meanwhile, so these buckets' first version is the other copy's."""
-    margin = float(holder["max_delay_seconds"])
+    """When a copy reconciling alone did not serve: from each stand-down to the end of the
+    STABILIZATION it advertised (STABLE again, or UP_FAILURE when its redo was dropped); one
+    still on at the end runs to infinity. Buckets it had not sent when it stood down first leave
+    in its redo's batches at the switch; the consumer read the other copy meanwhile, so their
+    first version is the other copy's (``CopyLatency.of``)."""
     periods: list[tuple[float, float]] = []
     began: float | None = None
     for name, at in holder.get("history", []):
@@ -555,10 +560,10 @@ def stood_down(holder: dict[str, Any]) -> list[tuple[float, float]]:
             if began is None:
                 began = float(at)
         elif began is not None:
-            periods.append((began - margin, float(at)))
+            periods.append((began, float(at)))
             began = None
     if began is not None:
-        periods.append((began - margin, float("inf")))
+        periods.append((began, float("inf")))
     return periods
 
 

@@ -97,7 +97,7 @@ def _copy(history: list[list[object]], batches: list[list[object]]) -> dict[str,
     }
 
 
-def test_a_copy_reconciling_alone_did_not_serve_from_x_before_its_stand_down_to_stable() -> None:
+def test_a_copy_reconciling_alone_did_not_serve_from_its_stand_down_to_stable() -> None:
     history = [
         ["STABLE", 0.0],
         ["UP_FAILURE", 10.0],
@@ -110,16 +110,17 @@ def test_a_copy_reconciling_alone_did_not_serve_from_x_before_its_stand_down_to_
         ["STABILIZATION", 70.0],  # standing down when the run ended
     ]
     assert stood_down(_copy(history, [])) == [
-        (27.0, 42.0),
-        (57.0, 65.0),
-        (67.0, float("inf")),
+        (30.0, 42.0),
+        (60.0, 65.0),
+        (70.0, float("inf")),
     ]
 
 
 def test_buckets_a_copy_left_to_the_other_while_stood_down_count_for_the_other_only() -> None:
-    # T stands down at 20 and switches at 32.5: buckets 17-31 first leave in its redo's batch at
-    # the switch. U served every bucket 1.5 s after its end; the first version of those is U's,
-    # and T's own figure leaves them out only when the run reconciled alone.
+    # T stands down at 20 with buckets 17-19 not sent yet (its batches ran behind) and switches
+    # at 32.5: buckets 17-31 first leave in its redo's batch then. U served every bucket 1.5 s
+    # after its end; the first version of those is U's, and T's own figure leaves them out only
+    # when the run reconciled alone.
     serving = [[b + 1, False, b + 2.0] for b in [*range(17), *range(32, 40)]]
     t = _copy(
         [["STABLE", 0.0], ["UP_FAILURE", 12.0], ["STABILIZATION", 20.0], ["STABLE", 33.0]],
@@ -129,8 +130,8 @@ def test_buckets_a_copy_left_to_the_other_while_stood_down_count_for_the_other_o
     together = CopyLatency.of(t, 0.0, 10.0)
     alone = CopyLatency.of(t, 0.0, 10.0, alone=True)
     assert together.added == pytest.approx(32.5 - 18.0 - 1.0)  # bucket 17: ended at 18
-    # Left out: buckets that ended from X before the stand-down (17) to STABLE again (33).
-    assert {15, 33} <= set(alone.live) and not set(range(16, 33)) & set(alone.live)
+    # Left out: the buckets first sent during the stand-down (at the switch), 17 to 31.
+    assert {16, 32} <= set(alone.live) and not set(range(17, 32)) & set(alone.live)
     assert alone.added == pytest.approx(0.0)
     first = first_version_latency([alone, CopyLatency.of(u, 0.0, 10.0)], 0.0, 10.0)
     assert first["max_added_latency_ms"] == pytest.approx(500.0)  # U's 1.5 s against 1 s
