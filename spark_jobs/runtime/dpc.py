@@ -33,6 +33,10 @@ query (Borealis SIGMOD 2005, sections 4-5):
   (``DPCFragment.yield_redo`` says why), so new buckets still leave within X after the heal.
   A redo that meets tentative input itself (a new failure) is dropped and tried again after the
   next heal.
+- Reconciling alone (``DPCSettings.serve_while_reconciling`` off, ``fedload agent --reconcile
+  alone``) is Borealis's own way when a second copy exists: the serving query stops when the
+  redo starts and the copy advertises STABILIZATION (``advertised_state``), so consumers read the
+  other copy; the redo does not yield, and a dropped redo brings the serving query back.
 - The reconciliation state (the all-stable checkpoint, SOutput's dedup state, the sequence
   number, the node state, which directory is the fragment's) is written atomically under
   ``<root>/<name>.dpc`` after every batch (``DPCStore``). A new ``DPCFragment`` for the same
