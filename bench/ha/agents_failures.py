@@ -170,7 +170,7 @@ def one_run(
     result: dict[str, Any] = {
         "fail_for_s": fail_for_s,
         "rows_per_second_per_source": rate,
-        "settings": settings_of(args),
+        "settings": settings_of(args) | {"reconcile": reconcile},
         "repeat": repeat,
         "started_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S"),
         "reconcile": reconcile,
@@ -201,7 +201,7 @@ def settings_of(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-RunKey = tuple[int, float, float, float, int, float]
+RunKey = tuple[int, float, float, str, int, int, float]
 
 
 def _run_key(run: dict[str, Any]) -> RunKey:
@@ -211,6 +211,8 @@ def _run_key(run: dict[str, Any]) -> RunKey:
         int(settings["streams"]),
         float(settings["bucket_seconds"]),
         float(settings["max_delay_s"]),
+        # Runs from before ``--reconcile`` reconciled alongside.
+        str(settings.get("reconcile", "alongside")),
         int(run.get("rows_per_second_per_source", DEFAULT_RATE)),
         int(run.get("repeat", 0)),
         float(run["fail_for_s"]),
@@ -309,6 +311,12 @@ def main() -> None:
     parser.add_argument(
         "--max-delay", type=float, default=None, help="X, seconds (paper: 3; default the file's 5)"
     )
+    parser.add_argument(
+        "--reconcile",
+        choices=("alongside", "alone"),
+        default="alongside",
+        help="how the copies reconcile (fedload agent --reconcile; Borealis: alone)",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="runs per point")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     parser.add_argument(
@@ -341,6 +349,7 @@ def main() -> None:
             settings["streams"],
             settings["bucket_seconds"],
             settings["max_delay_s"],
+            args.reconcile,
             rate,
             repeat,
             fail_for_s,
@@ -349,7 +358,9 @@ def main() -> None:
     }
     runs = [r for r in kept if _run_key(r) not in wanted]
     for rate, repeat, fail_for_s in points:
-        run = one_run(fail_for_s, rate, repeat, args, work, console) | {"code": code}
+        run = one_run(fail_for_s, rate, repeat, args, work, console, reconcile=args.reconcile) | {
+            "code": code
+        }
         runs.append(run)
         # Written after each run: a later one that hangs or is stopped loses nothing before it.
         result = {

@@ -151,16 +151,20 @@ def test_a_copy_that_went_tentative_during_the_cut_must_reconcile() -> None:
 def test_runs_are_keyed_by_settings_rate_repeat_and_failure_and_older_runs_ran_at_the_files() -> (
     None
 ):
-    # Before the knobs: two streams, one-second buckets, X = 5 s, the file's rate, one run.
-    assert _run_key({"fail_for_s": 8}) == (2, 1.0, 5.0, DEFAULT_RATE, 0, 8.0)
+    # Before the knobs: two streams, one-second buckets, X = 5 s, reconciling alongside, the
+    # file's rate, one run.
+    assert _run_key({"fail_for_s": 8}) == (2, 1.0, 5.0, "alongside", DEFAULT_RATE, 0, 8.0)
     assert _run_key({"fail_for_s": 8, "rows_per_second_per_source": 1000}) == (
         2,
         1.0,
         5.0,
+        "alongside",
         1000,
         0,
         8.0,
     )
     paper = {"streams": 3, "bucket_seconds": 0.1, "max_delay_s": 3.0}
     run = {"fail_for_s": 4, "rows_per_second_per_source": 1000, "settings": paper, "repeat": 1}
-    assert _run_key(run) == (3, 0.1, 3.0, 1000, 1, 4.0)
+    assert _run_key(run) == (3, 0.1, 3.0, "alongside", 1000, 1, 4.0)
+    alone = run | {"settings": paper | {"reconcile": "alone"}}
+    assert _run_key(alone) == (3, 0.1, 3.0, "alone", 1000, 1, 4.0)
