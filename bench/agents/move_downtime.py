@@ -531,7 +531,7 @@ def run(args: argparse.Namespace, work: Path, console: Console) -> dict[str, Any
                     progress,
                     fed,
                     f"move {label}: {FRAGMENT} to commit {STEADY_BATCHES} batches at {host}",
-                    lambda host=host, steady=steady: (
+                    lambda host=host, steady=steady: (  # type: ignore[misc]
                         max(commits(commit_dir(fed, host)), default=-1) >= steady
                     ),
                     timeout=args.timeout,
@@ -544,7 +544,7 @@ def run(args: argparse.Namespace, work: Path, console: Console) -> dict[str, Any
                     progress,
                     fed,
                     f"move {label}: waiting for {host} to shed {FRAGMENT} to {other}",
-                    lambda seen=seen: [m for m in fed.moves() if m["movement_id"] not in seen],
+                    lambda seen=seen: [m for m in fed.moves() if m["movement_id"] not in seen],  # type: ignore[misc]
                     timeout=args.timeout,
                 )[0]
                 if (event["task"], event["src"], event["dst"]) != (FRAGMENT, host, other):
@@ -556,7 +556,7 @@ def run(args: argparse.Namespace, work: Path, console: Console) -> dict[str, Any
                     progress,
                     fed,
                     f"move {label}: waiting for the first batch written from {other}",
-                    lambda after=committed_at: out.first_after(after),
+                    lambda after=committed_at: out.first_after(after),  # type: ignore[misc]
                     timeout=args.timeout,
                     every=0.05,
                 )
@@ -582,7 +582,7 @@ def run(args: argparse.Namespace, work: Path, console: Console) -> dict[str, Any
                     progress,
                     fed,
                     f"restart {label}: the baseline to commit {STEADY_BATCHES} batches",
-                    lambda steady=steady: base.steady_at(steady),
+                    lambda steady=steady: base.steady_at(steady),  # type: ignore[misc]
                     timeout=args.timeout,
                 )
                 job = progress.add_task(f"restart {label}: stop, start, first batch")

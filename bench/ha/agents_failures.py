@@ -248,8 +248,11 @@ def table(runs: list[dict[str, Any]], console: Console) -> None:
         out.add_column(column, justify="left" if column in ("failure", "copy") else "right")
     for run in sorted(runs, key=_run_key):
         load = f"{run['load_before'][0]:.1f} / {run['load_after'][0]:.1f}"
-        streams, bucket_s, x_s, rate_value, _, _ = _run_key(run)
-        setting, rate = f"{streams} x {bucket_s:g} s, {x_s:g} s", str(rate_value)
+        streams, bucket_s, x_s, reconcile, rate_value, _, _ = _run_key(run)
+        setting = f"{streams} x {bucket_s:g} s, {x_s:g} s" + (
+            ", alone" if reconcile == "alone" else ""
+        )
+        rate = str(rate_value)
         if "error" in run:
             out.add_row(
                 setting,

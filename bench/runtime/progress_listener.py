@@ -55,6 +55,8 @@ class BookWay(ProgressListener):
     def __init__(self) -> None:
         self.batches = 0
         self.book = ProgressBook()
+        # The run the bench started (set once its query is up).
+        self.run_id = ""
 
     def onQueryProgress(self, event: Any) -> None:
         self.batches += 1

@@ -97,8 +97,15 @@ class FeedingLiveHost(LiveHost):
         return packed
 
 
+def _last_batch(query: StreamingQuery) -> int:
+    progress = query.lastProgress
+    if progress is None:
+        raise RuntimeError("the query has not run a batch yet")
+    return int(progress["batchId"])
+
+
 def state_rows(query: StreamingQuery) -> int:
-    progress = query.lastProgress or {}
+    progress: Any = query.lastProgress or {}
     return sum(op.get("numRowsTotal", 0) for op in progress.get("stateOperators", []))
 
 
@@ -142,7 +149,7 @@ def bench_moves(spark: SparkSession, root: Path, args: argparse.Namespace) -> di
             # Spark's own stop-and-restart of the same query, same checkpoint, same host.
             host = hosts[here]
             query = host.query("ports")
-            last = query.lastProgress["batchId"]
+            last = _last_batch(query)
             began = time.perf_counter()
             host.stop("ports")
             feed.push(1)
@@ -152,7 +159,7 @@ def bench_moves(spark: SparkSession, root: Path, args: argparse.Namespace) -> di
 
             # The move path, same query, to the other host.
             query = host.query("ports")
-            last = query.lastProgress["batchId"]
+            last = _last_batch(query)
             state = state_rows(query)
             began = time.perf_counter()
             moved = relocate(

@@ -76,7 +76,7 @@ class Timers:
                 spent = time.perf_counter() - began
                 timers._local.to_arrow = getattr(timers._local, "to_arrow", 0.0) + spent
 
-        classic.DataFrame.toArrow = timed  # type: ignore[method-assign]
+        classic.DataFrame.toArrow = timed  # type: ignore[method-assign,assignment]
         try:
             yield
         finally:

@@ -27,6 +27,7 @@ import tempfile
 import time
 from io import BytesIO
 from pathlib import Path
+from typing import Any
 
 KS = range(1, 11)
 WIDTHS = (0.0, 0.05, 0.1, 0.15, 0.2)
@@ -102,7 +103,7 @@ def main() -> None:
             "bench/whatif/simulator_ab.py",
         ):
             (Path(tmp) / name).write_text((here / name).read_text())
-        runs = []
+        runs: list[dict[str, Any]] = []
         for repeat in range(args.repeats):
             load = os.getloadavg()[0]
             before = _child(Path(tmp), args.seeds)
