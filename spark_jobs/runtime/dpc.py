@@ -938,10 +938,6 @@ class DPCFragment:
         return NodeState.STABILIZATION if self._stood_down is not None else self.sink.state
 
     @property
-    def serving_stood_down(self) -> bool:
-        return self._stood_down is not None
-
-    @property
     def resumed(self) -> bool:
         return self.sink.resumed
 
@@ -1136,7 +1132,8 @@ class DPCFragment:
         self.start()
 
     def begin_redo(self) -> None:
-        """Start the redo copy from the all-stable checkpoint; the serving query goes on."""
+        """Start the redo copy from the all-stable checkpoint; the serving query goes on (or,
+        reconciling alone, stands down)."""
         checkpoint = self.sink.checkpoint
         if checkpoint is None:
             raise RuntimeError(f"{self.spec.name}: no stable checkpoint to reconcile from")
@@ -1169,6 +1166,11 @@ class DPCFragment:
             self._paused_since = time.time()
             options["pause_file"] = str(self.store.pause_path(copy))
         spec = dataclasses.replace(self.spec, options=options)
+        # Read before a stand-down stops the serving query (its progress goes with it).
+        try:
+            recent = self.runtime.recent_progress(self.spec.name)
+        except KeyError:
+            recent = []
         if alone:
             # Before the copy starts, so that it never shares the cores with a serving batch.
             self._stand_down()
@@ -1177,10 +1179,6 @@ class DPCFragment:
         # State size at the heal, for reconciliation time vs state size: the packed all-stable
         # checkpoint the redo restores, and the rows in the serving query's state store.
         record["checkpoint_bytes"] = len(packed.data)
-        try:
-            recent = self.runtime.recent_progress(self.spec.name)
-        except KeyError:
-            recent = []
         record["state_rows"] = (
             max(
                 (sum(int(op.get("numRowsTotal", 0)) for op in p.get("stateOperators") or []))

@@ -373,6 +373,8 @@ def test_a_copy_reconciling_alone_stands_down_advertises_stabilization_and_corre
         assert node.state is NodeState.UP_FAILURE, "the node's own state waits for the switch"
         assert node.sink.history[-1][0] is NodeState.STABILIZATION
         assert not node.store.pause_path(redo.copy).exists(), "nothing to yield to: no pause"
+        # The state size the redo restores is read before the serving query stops.
+        assert node.reconciliations[-1]["state_rows"] > 0, node.reconciliations
         sent_before = len(node.sink.messages)
 
         _poll_until(node, lambda: node.sink.redo is None)
