@@ -40,6 +40,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from app.participant.command import RECONCILE_MODES
 from spark_jobs.scenarios.tentative import (
     HOLDERS,
     LATENCY_SLACK_S,
@@ -316,7 +317,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--reconcile",
-        choices=("alongside", "alone"),
+        choices=RECONCILE_MODES,
         default="alongside",
         help="how the copies reconcile (fedload agent --reconcile; Borealis: alone)",
     )

@@ -547,15 +547,13 @@ class CopyLatency:
         return sorted(b for b, (_, tentative) in self.live.items() if tentative)
 
 
-def stood_down(holder: dict[str, Any]) -> list[tuple[float, float]]:
-    """When a copy reconciling alone did not serve: from each stand-down to the end of the
-    STABILIZATION it advertised (STABLE again, or UP_FAILURE when its redo was dropped); one
-    still on at the end runs to infinity. Buckets it had not sent when it stood down first leave
-    in its redo's batches at the switch; the consumer read the other copy meanwhile, so their
-    first version is the other copy's (``CopyLatency.of``)."""
+def stabilizations(history: list[list[Any]]) -> list[tuple[float, float]]:
+    """(began, ended) of each STABILIZATION a copy advertised, wall seconds: from its first
+    entry (a copy reconciling alone enters it at its stand-down and again at its switch) to the
+    next other state; one still on at the end runs to infinity."""
     periods: list[tuple[float, float]] = []
     began: float | None = None
-    for name, at in holder.get("history", []):
+    for name, at in history:
         if name == NodeState.STABILIZATION.value:
             if began is None:
                 began = float(at)
@@ -565,6 +563,14 @@ def stood_down(holder: dict[str, Any]) -> list[tuple[float, float]]:
     if began is not None:
         periods.append((began, float("inf")))
     return periods
+
+
+def stood_down(holder: dict[str, Any]) -> list[tuple[float, float]]:
+    """When a copy reconciling alone did not serve: its STABILIZATION periods, from each
+    stand-down to STABLE again (or UP_FAILURE when its redo was dropped). Buckets it had not sent
+    when it stood down first leave in its redo's batches at the switch; the consumer read the
+    other copy meanwhile, so their first version is the other copy's (``CopyLatency.of``)."""
+    return stabilizations(holder.get("history", []))
 
 
 def first_version_latency(
@@ -595,17 +601,11 @@ def first_version_latency(
 
 def _stabilizations(history: list[list[Any]], started: float) -> list[list[int | None]]:
     """[began, ended] of each STABILIZATION, in ms since the consumer started."""
-    periods: list[list[int | None]] = []
-    began: float | None = None
-    for state, at in history:
-        if state == NodeState.STABILIZATION.value:
-            began = float(at)
-        elif began is not None:
-            periods.append([round((began - started) * 1000), round((float(at) - started) * 1000)])
-            began = None
-    if began is not None:
-        periods.append([round((began - started) * 1000), None])
-    return periods
+
+    def ms(at: float) -> int | None:
+        return None if at == float("inf") else round((at - started) * 1000)
+
+    return [[ms(began), ms(ended)] for began, ended in stabilizations(history)]
 
 
 def _report(

@@ -16,6 +16,7 @@ from spark_jobs.runtime.transport import StreamClient, StreamServer
 from spark_jobs.scenarios.replicas import FlightCompanion
 from spark_jobs.scenarios.tentative import (
     CopyLatency,
+    _stabilizations,
     first_version_latency,
     node_latencies,
     stood_down,
@@ -114,6 +115,8 @@ def test_a_copy_reconciling_alone_did_not_serve_from_its_stand_down_to_stable() 
         (60.0, 65.0),
         (70.0, float("inf")),
     ]
+    # The report's STABILIZATION periods (ms since the start) read the same: from the stand-down.
+    assert _stabilizations(history, 0.0) == [[30000, 42000], [60000, 65000], [70000, None]]
 
 
 def test_buckets_a_copy_left_to_the_other_while_stood_down_count_for_the_other_only() -> None:
