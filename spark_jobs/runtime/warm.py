@@ -533,9 +533,23 @@ class WarmCopy:
                 raise WarmupFailed(
                     f"the warm copy of {self.name} reached the source's batch "
                     f"{self.source_id(mine)} (its own {mine}; it started after "
-                    f"{self.snapshot_batch}), the source {answer['committed']}, within the budget"
+                    f"{self.snapshot_batch}), the source {answer['committed']}, within the budget "
+                    f"({self._doing()}; polls by lag: {dict(seen)})"
                 )
             time.sleep(FOLLOW_POLL_S)
+
+    def _doing(self) -> str:
+        """What the copy's query is doing, and the batches it was offered: the log of a copy
+        that never caught up says whether it waited for the offer, planned, or ran a batch."""
+        try:
+            status = self.runtime.query(self.name).status
+            progress = self.runtime.recent_progress(self.name, 1)
+        except Exception as error:  # stopped meanwhile: say so, the failure is the news
+            return f"its query is gone: {error}"
+        last = progress[-1] if progress else None
+        ran = "no batch" if last is None else f"last batch {last['batchId']} at {last['timestamp']}"
+        offered = sorted(self.entries)[-3:]
+        return f"query {status['message']!r}, {ran}, offered batches {offered}"
 
     def settle(self, packed: PackedCheckpoint) -> None:
         """The source's final checkpoint: check that every batch the copy logged is the source's

@@ -7,12 +7,13 @@ The agents run with a ``FEDLOAD_WARM_BUDGET_S`` of their own and a movement leas
 a fallback after the budget. The first move, S -> T, is T's first query of the fragment (a JVM's
 first query takes 20-40 s to its first batch, longer than the budget; it may fall back); the
 second, T -> S, goes to a JVM that has run it and must switch warm, not fall back to
-stop-and-copy: the jump is what lets a copy catch up on two shared cores
-(bench/agents/README.md). The third, S -> T again, is made to jump for certain: T pauses right
-after starting its copy ("warming") until S has committed several more batches, so the copy
-resumes ``JUMP_MIN_BEHIND`` or more behind and runs them as one batch of its own; T is then
-killed at "committed". The registry names T, and the restarted T resumes from a checkpoint whose
-batch ids are not S's (``fedload-output-mirror``) without writing a batch twice or skipping one.
+stop-and-copy (on a second round trip at the latest): the jump is what lets a copy catch up on
+two shared cores (bench/agents/README.md). The third, S -> T again, is made to jump for certain:
+T pauses right after starting its copy ("warming") until S has committed several more batches,
+so the copy resumes ``JUMP_MIN_BEHIND`` or more behind and runs them as one batch of its own; T is
+then killed at "committed". The registry names T, and the restarted T resumes from a checkpoint
+whose batch ids are not S's (``fedload-output-mirror``) without writing a batch twice or skipping
+one.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from spark_jobs.runtime.dataplane import registry_tokens
 from spark_jobs.runtime.participant_host import FAULT_PAUSE_ENV
 from spark_jobs.runtime.soutput import MIRROR_FILE, read_mirror
 from spark_jobs.runtime.warm import JUMP_MIN_BEHIND, WARM_BUDGET_ENV
+from spark_jobs.scenarios.processes import ProcessFederation
 from spark_jobs.scenarios.reference import check_fragment
 from tests.integration.participant.agents import (
     GENERATOR,
@@ -60,6 +62,18 @@ def loads(admin: FedloadClient, *, s: float, t: float) -> None:
     admin._call("PATCH", "/v1/tasks/T.base", json={"load": t, "pinned": True})
 
 
+def move_back_to_s(fed: ProcessFederation, admin: FedloadClient) -> dict[str, float]:
+    """S makes room and T gets loaded: T sheds O.x, O (no room) refuses, S takes it back. The
+    move's timings."""
+    seen = {m["movement_id"] for m in fed.moves()}
+    loads(admin, s=0, t=78)
+    moved = wait_for(
+        "S to take O.x back", lambda: [m for m in fed.moves() if m["movement_id"] not in seen]
+    )
+    assert [(m["task"], m["src"], m["dst"]) for m in moved] == [("O.x", "T", "S")]
+    return dict(moved[0]["timings"])
+
+
 def test_a_move_switches_to_a_warm_copy_and_the_output_equals_a_run_without_it(tmp_path, spark):
     with federation(tmp_path / "federation", lease_seconds=LEASE_SECONDS) as fed:
         env = {WARM_BUDGET_ENV: str(WARM_BUDGET_S), FAULT_PAUSE_ENV: "armed"}
@@ -74,12 +88,17 @@ def test_a_move_switches_to_a_warm_copy_and_the_output_equals_a_run_without_it(t
         assert host_of(admin, "O.x") == "T"
         grows(admin, "O.x")
 
-        # S makes room and T gets loaded: T sheds O.x, O (no room) refuses, S takes it back.
-        loads(admin, s=0, t=78)
-        moved = wait_for("S to take O.x back", lambda: [m for m in fed.moves() if m["dst"] == "S"])
-        assert [(m["task"], m["src"], m["dst"]) for m in moved] == [("O.x", "T", "S")]
-        timings = moved[0]["timings"]
-        assert "warm_fallback" not in timings, f"moved by stop-and-copy: {timings}"
+        # Warm, on the second try at the latest: once in about fifteen full CI runs a copy ran
+        # no batch at all within its budget (2026-11-28, both moves of one run; the product
+        # fell back correctly), so one more round trip tells a stalled copy from a hand-off that
+        # never switches warm, which fails both.
+        timings = move_back_to_s(fed, admin)
+        if "warm_fallback" in timings:
+            print(f"the move back fell back; once more: {timings}")
+            loads(admin, s=78, t=0)
+            wait_for("T to take O.x again", lambda: host_of(admin, "O.x") == "T", 180)
+            timings = move_back_to_s(fed, admin)
+        assert "warm_fallback" not in timings, f"moved by stop-and-copy twice: {timings}"
         assert {"warming", "warmed", "resumed"} <= set(timings)
         assert host_of(admin, "O.x") == "S"
         grows(admin, "O.x", by=40)

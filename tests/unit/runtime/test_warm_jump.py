@@ -175,3 +175,32 @@ def test_the_mirror_travels_in_the_checkpoint(tmp_path: Path):
     mirror = Mirror(namespace=3, segments=((11, 3), (14, 5)), upto=15)
     write_mirror(tmp_path, mirror)
     assert read_mirror(tmp_path) == mirror
+
+
+class Watched(Checkpoints):
+    """Checkpoints plus what the copy's query shows: its status and its last progress."""
+
+    def __init__(self, root: Path, status: dict[str, Any], progress: list[dict[str, Any]]) -> None:
+        super().__init__(root)
+        self.status, self.progress = status, progress
+
+    def query(self, fragment: str) -> SimpleNamespace:
+        if fragment != "O.x":
+            raise KeyError(fragment)
+        return SimpleNamespace(status=self.status)
+
+    def recent_progress(self, fragment: str, last: int | None = None) -> list[dict[str, Any]]:
+        return self.progress[-(last or len(self.progress)) :]
+
+
+def test_a_copy_that_never_caught_up_says_what_its_query_was_doing(copy, tmp_path):
+    warm, _ = copy
+    warm._offer(_source(SNAPSHOT + 1), SNAPSHOT + 1)
+    idle = {"message": "Waiting for data to arrive", "isTriggerActive": False}
+    warm.runtime = Watched(tmp_path / "checkpoints", idle, [])  # type: ignore[assignment]
+    assert warm._doing() == ("query 'Waiting for data to arrive', no batch, offered batches [11]")
+    ran = [{"batchId": 10, "timestamp": "t0"}, {"batchId": 11, "timestamp": "t1"}]
+    warm.runtime = Watched(tmp_path / "checkpoints", idle, ran)  # type: ignore[assignment]
+    assert "last batch 11 at t1" in warm._doing()
+    warm.spec = SimpleNamespace(name="O.y")  # type: ignore[assignment]
+    assert warm._doing() == "its query is gone: 'O.y'"
