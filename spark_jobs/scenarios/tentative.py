@@ -58,6 +58,7 @@ from app.availability.states import NodeState
 from app.dataplane.streams import output_stream
 from app.federation.document import FederationDoc, load_federation
 from app.participant.client import FedloadClient
+from app.participant.command import RECONCILE_MODES
 from spark_jobs.fragments.catalogue import GENERATOR
 from spark_jobs.ha.faultproxy import FaultProxy
 from spark_jobs.runtime.dataplane import TokenSource, registry_tokens
@@ -130,6 +131,20 @@ class TentativeOptions(ScenarioOptions):
     # How the copies reconcile (``fedload agent --reconcile``): "alongside" (the serving query
     # goes on beside the redo) or "alone" (it stands down, STABILIZATION, for the redo's time).
     reconcile: str = "alongside"
+    # Copies that reconcile otherwise (holder, mode): one federation then runs both modes side
+    # by side, as the CI test does (a second federation would cost minutes).
+    reconcile_by_holder: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        for holder, mode in self.reconcile_by_holder:
+            if holder not in HOLDERS or mode not in RECONCILE_MODES:
+                raise ValueError(
+                    f"reconcile_by_holder: ({holder!r}, {mode!r}) names no copy of "
+                    f"{', '.join(HOLDERS)} or no mode of {', '.join(RECONCILE_MODES)}"
+                )
+
+    def reconcile_of(self, holder: str) -> str:
+        return dict(self.reconcile_by_holder).get(holder, self.reconcile)
 
     def sources(self) -> dict[str, str]:
         """Each source of O.x and the participant whose endpoint serves it."""
@@ -149,11 +164,15 @@ def run_tentative(options: TentativeOptions, console: Console | None = None) -> 
     common: tuple[str, ...] = ("--spark-eager", "--bucket-seconds", f"{options.bucket_seconds:g}")
     for key, value in options.agent_spark_conf:
         common += ("--spark-conf", f"{key}={value}")
-    common += ("--reconcile", options.reconcile)
-    eager = Placement(args=common)
+
+    def reconciling(who: str) -> tuple[str, ...]:
+        return (*common, "--reconcile", options.reconcile_of(who))
+
     placements = {
-        OWNER: Placement(port=o_port, args=(*common, "--advertise", f"{LOOPBACK}:{proxy.port}")),
-        **dict.fromkeys(HOLDERS, eager),
+        OWNER: Placement(
+            port=o_port, args=(*reconciling(OWNER), "--advertise", f"{LOOPBACK}:{proxy.port}")
+        ),
+        **{holder: Placement(args=reconciling(holder)) for holder in HOLDERS},
     }
     doc = load_federation(FEDERATION)
     if options.source_rate is not None:
@@ -630,7 +649,9 @@ def _report(
     def ms(at: float) -> int:
         return round((at - started) * 1000)
 
-    latency = CopyLatency.of(holder, started, failure_at, alone=options.reconcile == "alone")
+    latency = CopyLatency.of(
+        holder, started, failure_at, alone=options.reconcile_of(HOLDER) == "alone"
+    )
     live, tentative_buckets = latency.live, latency.tentative_buckets
     baseline, worst, added = latency.baseline, latency.worst, latency.added
     # At the consumer: per window end, when it first held a row of it (tentative or stable),
@@ -689,6 +710,7 @@ def _report(
         "processes": processes,
         "cut_mode": options.cut_mode,
         "reconcile": options.reconcile,
+        "reconcile_by_copy": {h: options.reconcile_of(h) for h in HOLDERS},
         "cut": f"every link into {OWNER} (its agent advertises a fault proxy)",
         "failure_at_ms": ms(failure_at),
         "heal_at_ms": ms(heal_at),
@@ -1019,9 +1041,8 @@ def _two_copies(
     }
     latencies: dict[str, CopyLatency] = {}
     for holder, state in states.items():
-        latency = CopyLatency.of(
-            state, started, failure_at, alone=report.get("reconcile") == "alone"
-        )
+        mode = report.get("reconcile_by_copy", {}).get(holder, report.get("reconcile"))
+        latency = CopyLatency.of(state, started, failure_at, alone=mode == "alone")
         latencies[holder] = latency
         tentative = latency.tentative_buckets
         history = since(state.get("history", []), started)
@@ -1042,6 +1063,7 @@ def _two_copies(
             float(state["max_delay_seconds"]), latency.bucket_s
         )
         copies[holder] = {
+            "reconcile": mode,
             "final_state": state.get("state"),
             "history": [[name, ms(float(at))] for name, at in history],
             "startup_episodes": startup_episodes(state, started),

@@ -41,9 +41,13 @@ LATENCY_CHECKS = {"added_latency_within_max_delay", "every_copy_within_max_delay
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     base: Path = tmp_path_factory.mktemp("tentative")
-    found = run_tentative(
-        TentativeOptions(report_dir=base / "report", work=base / "work"), Console(stderr=True)
+    # T reconciles alone (its serving query stands down for the redo, ``fedload agent
+    # --reconcile alone``), U alongside (the default): both modes through agent processes in
+    # one federation.
+    options = TentativeOptions(
+        report_dir=base / "report", work=base / "work", reconcile_by_holder=((HOLDER, "alone"),)
     )
+    found = run_tentative(options, Console(stderr=True))
     print(json.dumps({k: v for k, v in found.items() if k != "proxy_stats"}, default=str))
     return found
 
@@ -155,3 +159,28 @@ def test_each_copy_went_tentative_and_ends_stable_with_the_owners_output(report)
         # within X or not is the benchmark's figure.
         assert copy["max_added_latency_ms"] is not None, copy
     assert report["checks"]["every_copy_corrected"], report["checks"]
+
+
+def _entered_stabilization(copy: dict[str, Any], reconciliation: dict[str, Any]) -> int:
+    """When (ms) the copy first advertised STABILIZATION in this reconciliation."""
+    return min(
+        at
+        for state, at in copy["history"]
+        if state == "STABILIZATION" and at >= reconciliation["began"]
+    )
+
+
+def test_the_copy_reconciling_alone_stands_down_for_its_redo_the_other_serves_beside_it(
+    report,
+) -> None:
+    alone, alongside = report["copies"][HOLDER], report["copies"][SECOND]
+    assert (alone["reconcile"], alongside["reconcile"]) == ("alone", "alongside")
+    for copy, stands_down in ((alone, True), (alongside, False)):
+        switched = [r for r in copy["reconciliations"] if r["switched"] is not None]
+        assert switched, copy
+        for reconciliation in switched:
+            # Alone: STABILIZATION from the redo's start (consumers read another copy), so in
+            # the first half of the reconciliation; alongside: only at the switch (the UNDO).
+            began, at_switch = reconciliation["began"], reconciliation["switched"]
+            entered = _entered_stabilization(copy, reconciliation)
+            assert (entered < (began + at_switch) / 2) is stands_down, (copy, reconciliation)

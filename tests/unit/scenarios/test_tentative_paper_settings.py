@@ -139,3 +139,18 @@ def test_the_latency_plot_is_a_png_of_both_copies(tmp_path: Path) -> None:
     )
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert path.stat().st_size > 10_000
+
+
+def test_each_copy_reconciles_by_its_own_mode_or_the_scenarios() -> None:
+    mixed = TentativeOptions(reconcile_by_holder=(("T", "alone"),))
+    assert (mixed.reconcile_of("T"), mixed.reconcile_of("U")) == ("alone", "alongside")
+    everywhere = TentativeOptions(reconcile="alone")
+    assert (everywhere.reconcile_of("T"), everywhere.reconcile_of("U")) == ("alone", "alone")
+
+
+@pytest.mark.parametrize("pair", [("O", "alone"), ("T", "sideways")])
+def test_a_mode_for_no_copy_or_no_mode_is_refused_with_both_named(pair) -> None:
+    with pytest.raises(ValueError) as refused:
+        TentativeOptions(reconcile_by_holder=(pair,))
+    assert repr(pair[0]) in str(refused.value) and repr(pair[1]) in str(refused.value)
+    assert "T, U" in str(refused.value) and "alongside, alone" in str(refused.value)
