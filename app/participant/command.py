@@ -94,7 +94,9 @@ class AgentOptions:
     # this often, and logs and windows count in it.
     bucket_seconds: float = 1.0
     # How this agent's active copies reconcile: "alongside" (the serving query goes on beside
-    # the redo) or "alone" (Borealis: it stands down and consumers read another copy).
+    # the redo), "alone" (Borealis: it stands down and consumers read another copy) or "auto"
+    # (alone while the registry, granting the permit, names another copy serving; else
+    # alongside).
     reconcile: str = "alongside"
 
     def __post_init__(self) -> None:
@@ -104,7 +106,7 @@ class AgentOptions:
             )
 
 
-RECONCILE_MODES = ("alongside", "alone")
+RECONCILE_MODES = ("alongside", "alone", "auto")
 
 
 @dataclass(frozen=True)
@@ -331,9 +333,10 @@ def agent_command(host_factory: Callable[[], HostFactory]) -> Callable[..., None
             "--reconcile",
             envvar="FEDLOAD_RECONCILE",
             help="How an active copy held here reconciles after a failure: 'alongside' (its "
-            "serving query goes on, tentative within X, beside the redo) or 'alone' (Borealis: "
+            "serving query goes on, tentative within X, beside the redo), 'alone' (Borealis: "
             "it stops serving for the redo, advertising STABILIZATION, and consumers read "
-            "another copy).",
+            "another copy) or 'auto' (alone when the registry, granting the permit, names "
+            "another copy serving; else alongside).",
         ),
         tls_cert: Path | None = typer.Option(
             None,

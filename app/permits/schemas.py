@@ -33,3 +33,10 @@ class PermitDecision(PermitRead):
         description="True: the replica may reconcile until expires_at (ask again to renew). "
         "False: holder holds the permit until expires_at."
     )
+    serving: list[str] = Field(
+        default_factory=list,
+        description="The participants holding another copy of the fragment that serve its "
+        "consumers now by the registry's records (the primary host and active standbys in "
+        "STABLE or UP_FAILURE, none failed), primary first: a copy may stop serving for its "
+        "redo while this is not empty.",
+    )

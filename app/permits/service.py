@@ -21,6 +21,11 @@ task, so its copy may be asked for under its own participant name or a node name
 choosing (the DPC nodes use theirs, e.g. ``C1``) that is not another copy's: neither another
 participant's name, nor the replica name under which the permit was granted to another
 participant. An admin may act for any copy of a registered task.
+
+Every decision also names the other copies that serve the fragment's consumers now by the
+registry's records (``serving``): a copy reconciling Borealis's way stops serving for its redo
+(``fedload agent --reconcile auto``), which leaves its consumers within X only while another copy
+serves, and no single copy can see the others.
 """
 
 from __future__ import annotations
@@ -34,10 +39,11 @@ from sqlalchemy.orm import Session
 from app.audit import service as audit
 from app.auth.principal import Principal
 from app.availability import leases
+from app.availability.states import NodeState
 from app.db import keyset
 from app.db.base import utcnow
 from app.errors import Conflict, Forbidden, InvalidInput, NotFound
-from app.models import Participant, ReconciliationPermit, Replica, Task
+from app.models import Participant, ReconciliationPermit, Replica, ReplicaTechnique, Task
 from app.permits.schemas import PermitDecision, PermitRead
 
 MAX_NAME = 128
@@ -167,7 +173,55 @@ def request(
                 detail={"fragment": fragment, "replica": replica, "fence": row.fence},
             )
     read = to_read(session, [row], now)[0]
-    return PermitDecision(**read.model_dump(), replica=replica, granted=decision.granted)
+    return PermitDecision(
+        **read.model_dump(),
+        replica=replica,
+        granted=decision.granted,
+        serving=serving_others(session, principal, fragment, replica),
+    )
+
+
+# A copy in these states sends its consumers output within X (tentative in UP_FAILURE); in
+# STABILIZATION it is reconciling, and one that stands down for its redo sends nothing.
+SERVING_STATES = frozenset({NodeState.STABLE.value, NodeState.UP_FAILURE.value})
+
+
+def serving_others(
+    session: Session, principal: Principal, fragment: str, replica: str
+) -> list[str]:
+    """The participants holding another copy of ``fragment`` than the asker's that serve its
+    consumers now, by the registry's records: the primary host (its fragment runs as a plain
+    query, STABLE to a consumer) and each active standby whose last reported DPC state is
+    STABLE or UP_FAILURE, none of them failed. The asker is the principal's participant, or for
+    the operator the participant named ``replica`` (if any)."""
+    task = session.scalar(select(Task).where(Task.name == fragment))
+    if task is None:
+        return []
+    asker = principal.participant_id
+    if asker is None:
+        asker = session.scalar(select(Participant.id).where(Participant.name == replica))
+    candidates: list[tuple[int | None, bool]] = [(task.host_id, True)]
+    candidates += [
+        (r.participant_id, r.state in SERVING_STATES)
+        for r in session.scalars(
+            select(Replica).where(
+                Replica.task_id == task.id,
+                Replica.technique == ReplicaTechnique.active_standby,
+            )
+        )
+    ]
+    wanted = {p for p, serves in candidates if serves and p is not None and p != asker}
+    if not wanted:
+        return []
+    alive = session.scalars(
+        select(Participant).where(
+            Participant.id.in_(wanted),
+            Participant.failed_at.is_(None),
+            Participant.liveness != "failed",
+        )
+    )
+    by_id = {p.id: p.name for p in alive}
+    return [by_id[p] for p, _ in candidates if p in by_id and p in wanted]
 
 
 def release(session: Session, principal: Principal, fragment: str, replica: str) -> PermitRead:

@@ -230,18 +230,24 @@ class ActiveReplicas:
             clock_offset_ms=offset_ms,
             adaptive_budget=True,
             min_budget_share=MIN_BUDGET_SHARE,
-            serve_while_reconciling=host.serve_while_reconciling,
+            serve_while_reconciling=host.reconcile_mode != "alone",
+            stand_down_when_served=host.reconcile_mode == "auto",
             info_timeout_ms=info_timeout_ms(max_delay),
         )
         registry = host.client
         task, me = record.name, host.name
 
+        # The other copies serving by the registry's last permit decision (--reconcile auto).
+        serving: list[str] = []
+
         def request(_fragment: str) -> bool | None:
             try:
-                return bool(registry.request_permit(task, me)["granted"])
+                decision = registry.request_permit(task, me)
             except Exception as error:  # not asked: no new permit, a held one's lease runs on
                 self._note(f"permit for {task}: {type(error).__name__}: {error}")
                 return None
+            serving[:] = decision.get("serving", [])
+            return bool(decision["granted"])
 
         def release(_fragment: str) -> None:
             try:
@@ -256,6 +262,7 @@ class ActiveReplicas:
             epoch=0,
             request_permission=request,
             release_permission=release,
+            others_serving=lambda _fragment: bool(serving),
         )
         dpc.start(replay_from=None if dpc.resumed else replay_from)
         with self._lock:
@@ -265,7 +272,13 @@ class ActiveReplicas:
                     target=self._poll_loop, name="active-replicas", daemon=True
                 )
                 self._thread.start()
-        log.info("%s: active copy started as %s, X = %s s", task, name, max_delay)
+        log.info(
+            "%s: active copy started as %s, X = %s s, reconciling %s",
+            task,
+            name,
+            max_delay,
+            host.reconcile_mode,
+        )
 
     def _report(self, copy: _Copy) -> None:
         """Tell the registry the copy's DPC state when it changed (the admin's availability

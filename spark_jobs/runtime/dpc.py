@@ -37,6 +37,8 @@ query (Borealis SIGMOD 2005, sections 4-5):
   alone``) is Borealis's own way when a second copy exists: the serving query stops when the
   redo starts and the copy advertises STABILIZATION (``advertised_state``), so consumers read the
   other copy; the redo does not yield, and a dropped redo brings the serving query back.
+  ``DPCSettings.stand_down_when_served`` (``--reconcile auto``) does so only when the registry,
+  granting the permit, names another copy that serves, and reconciles alongside otherwise.
 - The reconciliation state (the all-stable checkpoint, SOutput's dedup state, the sequence
   number, the node state, which directory is the fragment's) is written atomically under
   ``<root>/<name>.dpc`` after every batch (``DPCStore``). A new ``DPCFragment`` for the same
@@ -182,6 +184,11 @@ class DPCSettings:
     # the copy's cores to itself instead of yielding. On: the serving query goes on beside the
     # redo (tentative within X), which a copy with no other copy to fall back on needs.
     serve_while_reconciling: bool = True
+    # With serve_while_reconciling on, stand down all the same when another copy serves the
+    # fragment's consumers at the grant (``others_serving``: the registry's answer with the
+    # permit), Borealis's way then, and serve alongside the redo otherwise (``fedload agent
+    # --reconcile auto``).
+    stand_down_when_served: bool = False
 
     def __post_init__(self) -> None:
         if self.max_delay_seconds <= 0:
@@ -860,8 +867,12 @@ class DPCFragment:
         epoch: int,
         request_permission: Callable[[str], bool | None] | None = None,
         release_permission: Callable[[str], None] | None = None,
+        others_serving: Callable[[str], bool] | None = None,
     ) -> None:
+        """``others_serving(fragment)``: whether another copy serves the fragment's consumers,
+        as known when the permit was last granted (``DPCSettings.stand_down_when_served``)."""
         self.runtime = runtime
+        self._others_serving = others_serving or (lambda _name: False)
         self.settings = settings
         self.store = DPCStore(runtime.checkpoint_root / f"{spec.name}.dpc")
         self.spec = dataclasses.replace(
@@ -1115,6 +1126,12 @@ class DPCFragment:
             self.yield_redo(redo)
         return False
 
+    def reconciles_alone(self) -> bool:
+        """Whether the redo about to start runs with the serving query stood down."""
+        if not self.settings.serve_while_reconciling:
+            return True
+        return self.settings.stand_down_when_served and self._others_serving(self.spec.name)
+
     def _stand_down(self) -> None:
         """Borealis's way: stop the serving query for the redo's time. Its checkpoint stays the
         fragment's (the switch adopts the redo's; a dropped redo restarts it from there)."""
@@ -1158,7 +1175,7 @@ class DPCFragment:
             # Tentative from its first batch (a start-up backlog past the budget): the redo is a
             # new query, and must begin where the serving one did.
             options["start_bucket"] = str(self.sink.first_bucket)
-        alone = not self.settings.serve_while_reconciling
+        alone = self.reconciles_alone()
         if self.settings.redo_yields and not alone:
             # Born paused: its first batch (state restore, planning) is the heaviest, and the next
             # poll decides whether the serving query can spare the cores for it now.
@@ -1176,6 +1193,8 @@ class DPCFragment:
             self._stand_down()
         self.runtime.start_copy(spec, copy, directory, epoch=self.epoch, sink=sink)
         record: dict[str, float] = {"began": began, "redo_started": time.time()}
+        # 1: the serving query stood down for this redo (alone, or auto with another serving).
+        record["stood_down"] = 1.0 if alone else 0.0
         # State size at the heal, for reconciliation time vs state size: the packed all-stable
         # checkpoint the redo restores, and the rows in the serving query's state store.
         record["checkpoint_bytes"] = len(packed.data)

@@ -217,13 +217,13 @@ class SparkParticipantHost:
         auth: FlightAuth | None = None,
         tls: TlsFiles | None = None,
         bucket_seconds: float = BUCKET_SECONDS,
-        serve_while_reconciling: bool = True,
+        reconcile: str = "alongside",
     ) -> None:
         self.name = name
         buckets_per_second(bucket_seconds)  # a bad interval fails here, before anything starts
         self.bucket_seconds = bucket_seconds
-        # How the active copies held here reconcile (``DPCSettings.serve_while_reconciling``).
-        self.serve_while_reconciling = serve_while_reconciling
+        # How the active copies held here reconcile (``fedload agent --reconcile``).
+        self.reconcile_mode = reconcile
         self._load_per_row = load_per_row
         self._client = client
         self._data_dir = Path(data_dir)
@@ -835,7 +835,7 @@ def make_host(context: AgentContext) -> tuple[Host, Mover]:
         auth=auth,
         tls=tls,
         bucket_seconds=options.bucket_seconds,
-        serve_while_reconciling=options.reconcile == "alongside",
+        reconcile=options.reconcile,
     )
     if options.spark_eager:
         host.warm()

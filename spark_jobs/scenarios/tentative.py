@@ -129,7 +129,8 @@ class TentativeOptions(ScenarioOptions):
     # benchmark's knob for scheduler experiments (bench/ha/scheduler_pools.py).
     agent_spark_conf: tuple[tuple[str, str], ...] = ()
     # How the copies reconcile (``fedload agent --reconcile``): "alongside" (the serving query
-    # goes on beside the redo) or "alone" (it stands down, STABILIZATION, for the redo's time).
+    # goes on beside the redo), "alone" (it stands down, STABILIZATION, for the redo's time) or
+    # "auto" (alone when the registry names another copy serving at the grant).
     reconcile: str = "alongside"
     # Copies that reconcile otherwise (holder, mode): one federation then runs both modes side
     # by side, as the CI test does (a second federation would cost minutes).
@@ -584,6 +585,12 @@ def stabilizations(history: list[list[Any]]) -> list[tuple[float, float]]:
     return periods
 
 
+def stood_down_for_a_redo(holder: dict[str, Any]) -> bool:
+    """Whether the copy stopped serving for one of its redos (by its own record: ``alone``
+    always, ``auto`` when the registry named another copy serving)."""
+    return any(r.get("stood_down") for r in holder.get("reconciled", []))
+
+
 def stood_down(holder: dict[str, Any]) -> list[tuple[float, float]]:
     """When a copy reconciling alone did not serve: its STABILIZATION periods, from each
     stand-down to STABLE again (or UP_FAILURE when its redo was dropped). Buckets it had not sent
@@ -649,9 +656,7 @@ def _report(
     def ms(at: float) -> int:
         return round((at - started) * 1000)
 
-    latency = CopyLatency.of(
-        holder, started, failure_at, alone=options.reconcile_of(HOLDER) == "alone"
-    )
+    latency = CopyLatency.of(holder, started, failure_at, alone=stood_down_for_a_redo(holder))
     live, tentative_buckets = latency.live, latency.tentative_buckets
     baseline, worst, added = latency.baseline, latency.worst, latency.added
     # At the consumer: per window end, when it first held a row of it (tentative or stable),
@@ -1042,7 +1047,7 @@ def _two_copies(
     latencies: dict[str, CopyLatency] = {}
     for holder, state in states.items():
         mode = report.get("reconcile_by_copy", {}).get(holder, report.get("reconcile"))
-        latency = CopyLatency.of(state, started, failure_at, alone=mode == "alone")
+        latency = CopyLatency.of(state, started, failure_at, alone=stood_down_for_a_redo(state))
         latencies[holder] = latency
         tentative = latency.tentative_buckets
         history = since(state.get("history", []), started)
@@ -1064,6 +1069,7 @@ def _two_copies(
         )
         copies[holder] = {
             "reconcile": mode,
+            "stood_down": stood_down_for_a_redo(state),
             "final_state": state.get("state"),
             "history": [[name, ms(float(at))] for name, at in history],
             "startup_episodes": startup_episodes(state, started),

@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 
 from app.auth.principal import ADMIN
 from app.db.session import unit_of_work
-from app.models import AuditEntry, ReconciliationPermit
+from app.models import AuditEntry, Participant, ReconciliationPermit
 from app.permits import service
 from app.settings import Settings
 from tests.integration.api.conftest import ADMIN_KEY, Api
@@ -329,3 +329,32 @@ def test_each_copy_host_and_the_admin_may_ask(ab: Api, db_url: str) -> None:
     assert (released["holder"], released["held"]) == (None, False)
     rows, _ = snapshot(db_url)
     assert [(*r[:3], r[4]) for r in rows] == [("A.D", None, None, 2)]
+
+
+def _serving(api: Api, who: str, replica: str) -> list[str]:
+    decision = api.post(who, "/v1/permits/A.C/request", {"replica": replica})
+    assert decision.status_code == 200, decision.text
+    api.post(who, "/v1/permits/A.C/release", {"replica": replica})
+    return list(decision.json()["serving"])
+
+
+def test_a_decision_names_the_other_copies_that_serve_now(ab: Api, db_url: str) -> None:
+    # B's replica asks: A, the primary host, serves (a plain query, STABLE to a consumer).
+    assert _serving(ab, "B", "B") == ["A"]
+    # A asks: B's active standby serves by its last report (a new replica reads STABLE)...
+    assert _serving(ab, "A", "C1") == ["B"]
+    # ...tentatively too, but not while it reconciles.
+    for state, serves in (("UP_FAILURE", ["B"]), ("STABILIZATION", []), ("STABLE", ["B"])):
+        reported = ab.client.put(
+            "/v1/replicas/A.C/state", json={"state": state}, headers=ab.headers("B")
+        )
+        assert reported.status_code == 200, reported.text
+        assert _serving(ab, "A", "C1") == serves, state
+    # The operator asking for B's copy: the others than B.
+    assert _serving(ab, "admin", "B") == ["A"]
+    # A failed participant serves nobody.
+    with unit_of_work(db_url) as session:
+        primary = session.scalar(select(Participant).where(Participant.name == "A"))
+        assert primary is not None
+        primary.failed_at, primary.liveness = datetime.now(UTC), "failed"
+    assert _serving(ab, "B", "B") == []

@@ -348,18 +348,34 @@ def _poll_until(node: DPCFragment, done, seconds: float = 90) -> None:
     assert done(), f"not reached in {seconds} s: {node.advertised_state}, {node.sink.history}"
 
 
+def _reconciling_auto(dpc_servers) -> DPCSettings:
+    clock = StreamRef(dpc_servers["home"].location, "clock")
+    return DPCSettings(X, clock=clock, stand_down_when_served=True)
+
+
+def _another_copy_serves(_fragment: str) -> bool:
+    return True
+
+
 @pytest.mark.spark
+@pytest.mark.parametrize("mode", ["alone", "auto, another copy serving"])
 def test_a_copy_reconciling_alone_stands_down_advertises_stabilization_and_corrects(
-    spark, dpc_servers, tmp_path
+    spark, dpc_servers, tmp_path, mode
 ):
-    """Borealis's way (``serve_while_reconciling`` off): from the redo's start the serving query
-    is stopped and the copy advertises STABILIZATION (consumers read another copy), the redo runs
-    without yielding, and the switch brings the same corrected output as reconciling alongside."""
+    """Borealis's way (``serve_while_reconciling`` off, or ``stand_down_when_served`` with the
+    registry naming another copy that serves): from the redo's start the serving query is
+    stopped and the copy advertises STABILIZATION (consumers read another copy), the redo runs
+    without yielding, and the switch brings the same corrected output as reconciling
+    alongside."""
     host = FragmentRuntime("H", spark, tmp_path / "H")
     try:
         expected = reference(dpc_servers, host)
-        settings = _reconciling_alone(dpc_servers)
-        node, clients = _tentative_through_the_failure(dpc_servers, host, settings)
+        if mode == "alone":
+            settings, node_args = _reconciling_alone(dpc_servers), {}
+        else:
+            settings = _reconciling_auto(dpc_servers)
+            node_args = {"others_serving": _another_copy_serves}
+        node, clients = _tentative_through_the_failure(dpc_servers, host, settings, **node_args)
         assert node.advertised_state is NodeState.UP_FAILURE
         serving = node.query()
         publish(clients[2], "b", OTHER.seconds(WITHHELD_FROM, SECONDS), BUCKET)
@@ -387,6 +403,41 @@ def test_a_copy_reconciling_alone_stands_down_advertises_stabilization_and_corre
         assert rows(dpc_servers["home"].log.table("out")) == expected
         kinds = [m.kind for _, m in node.sink.messages]
         assert kinds.count(Kind.UNDO) == 1 and kinds.count(Kind.REC_DONE) == 1
+        node.runtime.stop("ports")
+        for client in clients:
+            client.close()
+    finally:
+        host.close()
+
+
+@pytest.mark.spark
+def test_a_copy_reconciling_auto_with_no_other_copy_serving_serves_beside_its_redo(
+    spark, dpc_servers, tmp_path
+):
+    """``stand_down_when_served`` when the registry names no other copy serving (the copy's
+    consumers have nobody else): the serving query goes on beside the redo, tentative and
+    advertised UP_FAILURE until the switch, as reconciling alongside does."""
+    asked: list[str] = []
+
+    def nobody_else(fragment: str) -> bool:
+        asked.append(fragment)
+        return False
+
+    host = FragmentRuntime("H", spark, tmp_path / "H")
+    try:
+        expected = reference(dpc_servers, host)
+        node, clients = _tentative_through_the_failure(
+            dpc_servers, host, _reconciling_auto(dpc_servers), others_serving=nobody_else
+        )
+        serving = node.query()
+        publish(clients[2], "b", OTHER.seconds(WITHHELD_FROM, SECONDS), BUCKET)
+
+        _poll_until(node, lambda: node.sink.redo is not None)
+        assert asked == ["ports"], "asked once, when the redo began"
+        assert serving.isActive, "no other copy serves: the serving query goes on"
+        assert node.advertised_state is NodeState.UP_FAILURE
+        _poll_until(node, lambda: node.state is NodeState.STABLE)
+        assert rows(dpc_servers["home"].log.table("out")) == expected
         node.runtime.stop("ports")
         for client in clients:
             client.close()

@@ -41,11 +41,11 @@ LATENCY_CHECKS = {"added_latency_within_max_delay", "every_copy_within_max_delay
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     base: Path = tmp_path_factory.mktemp("tentative")
-    # T reconciles alone (its serving query stands down for the redo, ``fedload agent
-    # --reconcile alone``), U alongside (the default): both modes through agent processes in
-    # one federation.
+    # T reconciles "auto" (``fedload agent --reconcile auto``: it stands down for its redo
+    # when the registry, granting the permit, names another copy serving, here O's primary),
+    # U alongside (the default): both ways through agent processes in one federation.
     options = TentativeOptions(
-        report_dir=base / "report", work=base / "work", reconcile_by_holder=((HOLDER, "alone"),)
+        report_dir=base / "report", work=base / "work", reconcile_by_holder=((HOLDER, "auto"),)
     )
     found = run_tentative(options, Console(stderr=True))
     print(json.dumps({k: v for k, v in found.items() if k != "proxy_stats"}, default=str))
@@ -170,11 +170,13 @@ def _entered_stabilization(copy: dict[str, Any], reconciliation: dict[str, Any])
     )
 
 
-def test_the_copy_reconciling_alone_stands_down_for_its_redo_the_other_serves_beside_it(
+def test_the_copy_reconciling_auto_stands_down_for_its_redo_the_other_serves_beside_it(
     report,
 ) -> None:
     alone, alongside = report["copies"][HOLDER], report["copies"][SECOND]
-    assert (alone["reconcile"], alongside["reconcile"]) == ("alone", "alongside")
+    assert (alone["reconcile"], alongside["reconcile"]) == ("auto", "alongside")
+    # By each copy's own record of its redos: the registry named another copy serving to T.
+    assert (alone["stood_down"], alongside["stood_down"]) == (True, False)
     for copy, stands_down in ((alone, True), (alongside, False)):
         switched = [r for r in copy["reconciliations"] if r["switched"] is not None]
         assert switched, copy

@@ -47,7 +47,7 @@ def test_the_spark_driver_binds_and_advertises_what_it_is_given() -> None:
         (["--bucket-seconds", "0.3"], "must divide one second (0.1, 0.2, 0.25, 0.5, 1), got 0.3"),
         (["--bucket-seconds", "0"], "must be between 0.01 and 1, got 0.0"),
         (["--bucket-seconds", "2"], "must be between 0.01 and 1, got 2.0"),
-        (["--reconcile", "sideways"], "'sideways' is not one of alongside, alone"),
+        (["--reconcile", "sideways"], "'sideways' is not one of alongside, alone, auto"),
     ],
 )
 def test_bad_addresses_are_refused_before_anything_starts(

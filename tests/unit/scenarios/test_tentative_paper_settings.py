@@ -17,6 +17,7 @@ from spark_jobs.scenarios.tentative import (
     first_version_latency,
     latency_limit_s,
     node_latencies,
+    stood_down_for_a_redo,
     with_max_delay,
     with_third_stream,
 )
@@ -153,4 +154,11 @@ def test_a_mode_for_no_copy_or_no_mode_is_refused_with_both_named(pair) -> None:
     with pytest.raises(ValueError) as refused:
         TentativeOptions(reconcile_by_holder=(pair,))
     assert repr(pair[0]) in str(refused.value) and repr(pair[1]) in str(refused.value)
-    assert "T, U" in str(refused.value) and "alongside, alone" in str(refused.value)
+    assert "T, U" in str(refused.value) and "alongside, alone, auto" in str(refused.value)
+
+
+def test_a_copy_stood_down_when_one_of_its_redos_says_so() -> None:
+    assert not stood_down_for_a_redo({})
+    assert not stood_down_for_a_redo({"reconciled": [{"began": 1.0, "stood_down": 0.0}]})
+    redone = [{"began": 1.0, "stood_down": 0.0}, {"began": 9.0, "stood_down": 1.0}]
+    assert stood_down_for_a_redo({"reconciled": redone})
