@@ -348,6 +348,16 @@ def _poll_until(node: DPCFragment, done, seconds: float = 90) -> None:
     assert done(), f"not reached in {seconds} s: {node.advertised_state}, {node.sink.history}"
 
 
+def _stable_with_the_reference(node: DPCFragment, clients, dpc_servers, expected) -> None:
+    """Poll the node to STABLE: its output log then equals the failure-free reference. Stops
+    its query and closes its inputs' clients."""
+    _poll_until(node, lambda: node.state is NodeState.STABLE)
+    assert rows(dpc_servers["home"].log.table("out")) == expected
+    node.runtime.stop("ports")
+    for client in clients:
+        client.close()
+
+
 def _reconciling_auto(dpc_servers) -> DPCSettings:
     clock = StreamRef(dpc_servers["home"].location, "clock")
     return DPCSettings(X, clock=clock, stand_down_when_served=True)
@@ -398,14 +408,10 @@ def test_a_copy_reconciling_alone_stands_down_advertises_stabilization_and_corre
         undo = next(i for i, (_, m) in enumerate(node.sink.messages) if m.kind is Kind.UNDO)
         assert undo == sent_before, "the stood-down copy sent nothing before its UNDO"
         assert node.query().isActive and node.query().id != serving.id
-        _poll_until(node, lambda: node.state is NodeState.STABLE)
+        _stable_with_the_reference(node, clients, dpc_servers, expected)
         assert node.advertised_state is NodeState.STABLE
-        assert rows(dpc_servers["home"].log.table("out")) == expected
         kinds = [m.kind for _, m in node.sink.messages]
         assert kinds.count(Kind.UNDO) == 1 and kinds.count(Kind.REC_DONE) == 1
-        node.runtime.stop("ports")
-        for client in clients:
-            client.close()
     finally:
         host.close()
 
@@ -436,11 +442,7 @@ def test_a_copy_reconciling_auto_with_no_other_copy_serving_serves_beside_its_re
         assert asked == ["ports"], "asked once, when the redo began"
         assert serving.isActive, "no other copy serves: the serving query goes on"
         assert node.advertised_state is NodeState.UP_FAILURE
-        _poll_until(node, lambda: node.state is NodeState.STABLE)
-        assert rows(dpc_servers["home"].log.table("out")) == expected
-        node.runtime.stop("ports")
-        for client in clients:
-            client.close()
+        _stable_with_the_reference(node, clients, dpc_servers, expected)
     finally:
         host.close()
 
@@ -473,11 +475,7 @@ def test_a_copy_that_loses_its_permit_while_stood_down_serves_again_then_reconci
         assert host.is_running("ports"), "serving again once the redo is dropped"
         states = [state for state, at in node.sink.history if at >= stood_down]
         assert states[:2] == [NodeState.STABILIZATION, NodeState.UP_FAILURE], states
-        _poll_until(node, lambda: node.state is NodeState.STABLE)
+        _stable_with_the_reference(node, clients, dpc_servers, expected)
         assert node.sink.redo_count == 2
-        assert rows(dpc_servers["home"].log.table("out")) == expected
-        node.runtime.stop("ports")
-        for client in clients:
-            client.close()
     finally:
         host.close()
