@@ -285,7 +285,7 @@ EXAMPLES: dict[str, Example] = {
     "ReplicaTechnique": "active_standby",
     "PermitAsk": {"replica": "C.q01@D"},
     "PermitRead": _PERMIT,
-    "PermitDecision": {**_PERMIT, "replica": "C.q01@D", "granted": True},
+    "PermitDecision": {**_PERMIT, "replica": "C.q01@D", "granted": True, "serving": ["C"]},
     "TokenRequest": {"operations": ["read", "ack"], "stream": "C.q00.out", "consumer": "C.q01"},
     "TokenRead": {
         "token": "eyJhbGciOiJFZERTQSIsInR5cCI6IkpXVCJ9.eyJhdWQiOiJDIn0.c2lnbmF0dXJl",
