@@ -339,6 +339,10 @@ def _serving(api: Api, who: str, replica: str) -> list[str]:
 
 
 def test_a_decision_names_the_other_copies_that_serve_now(ab: Api, db_url: str) -> None:
+    # A passive standby on E keeps a checkpoint: it serves no consumer.
+    contract(ab, "A", "E", hosting=True)
+    placed = ab.post("A", "/v1/tasks/A.C/replicas", {"k": 2, "technique": "passive_standby"})
+    assert [(r["host"], r["technique"]) for r in placed.json()] == [("E", "passive_standby")]
     # B's replica asks: A, the primary host, serves (a plain query, STABLE to a consumer).
     assert _serving(ab, "B", "B") == ["A"]
     # A asks: B's active standby serves by its last report (a new replica reads STABLE)...
