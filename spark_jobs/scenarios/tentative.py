@@ -523,11 +523,19 @@ class CopyLatency:
 
     @classmethod
     def of(
-        cls, holder: dict[str, Any], started: float, failure_at: float, *, alone: bool = False
+        cls,
+        holder: dict[str, Any],
+        started: float,
+        failure_at: float,
+        *,
+        alone: bool | None = None,
     ) -> CopyLatency:
-        """``alone``: the copy reconciled Borealis's way (``fedload agent --reconcile alone``):
+        """``alone``: the copy reconciled Borealis's way (``fedload agent --reconcile alone``,
+        or ``auto`` with another copy serving; None: as its own record of its redos says):
         buckets it first sent during a stand-down (``stood_down``: in its redo's batches at the
         switch) are left out, as the other copy's to serve."""
+        if alone is None:
+            alone = stood_down_for_a_redo(holder)
         per_bucket = node_latencies(holder)
         offset_s, bucket_s = float(holder["clock_offset_ms"]) / 1000, bucket_seconds(holder)
 
@@ -656,7 +664,7 @@ def _report(
     def ms(at: float) -> int:
         return round((at - started) * 1000)
 
-    latency = CopyLatency.of(holder, started, failure_at, alone=stood_down_for_a_redo(holder))
+    latency = CopyLatency.of(holder, started, failure_at)
     live, tentative_buckets = latency.live, latency.tentative_buckets
     baseline, worst, added = latency.baseline, latency.worst, latency.added
     # At the consumer: per window end, when it first held a row of it (tentative or stable),
@@ -1046,8 +1054,7 @@ def _two_copies(
     }
     latencies: dict[str, CopyLatency] = {}
     for holder, state in states.items():
-        mode = report.get("reconcile_by_copy", {}).get(holder, report.get("reconcile"))
-        latency = CopyLatency.of(state, started, failure_at, alone=stood_down_for_a_redo(state))
+        latency = CopyLatency.of(state, started, failure_at)
         latencies[holder] = latency
         tentative = latency.tentative_buckets
         history = since(state.get("history", []), started)
@@ -1068,7 +1075,7 @@ def _two_copies(
             float(state["max_delay_seconds"]), latency.bucket_s
         )
         copies[holder] = {
-            "reconcile": mode,
+            "reconcile": report["reconcile_by_copy"][holder],
             "stood_down": stood_down_for_a_redo(state),
             "final_state": state.get("state"),
             "history": [[name, ms(float(at))] for name, at in history],
