@@ -251,7 +251,7 @@ def table(runs: list[dict[str, Any]], console: Console) -> None:
         load = f"{run['load_before'][0]:.1f} / {run['load_after'][0]:.1f}"
         streams, bucket_s, x_s, reconcile, rate_value, _, _ = _run_key(run)
         setting = f"{streams} x {bucket_s:g} s, {x_s:g} s" + (
-            ", alone" if reconcile == "alone" else ""
+            f", {reconcile}" if reconcile != "alongside" else ""
         )
         rate = str(rate_value)
         if "error" in run:
