@@ -25,6 +25,18 @@ CONNECTION_COUNTS = "connection_counts"  # (stime, window_start, src_ip, connect
 PORT_COUNTS = "port_counts"  # (stime, window_start, src_ip, ports): the port scanners
 PREFIX_COUNTS = "prefix_counts"  # (stime, window_start, prefix, scanners, ports)
 
+# Each stream kind's columns as a Spark DDL string (what a SQL fragment reading it may name);
+# spark_jobs.fragments.catalogue's StructTypes are the same, pinned by tests/unit/fragments.
+STREAM_SCHEMAS: Mapping[str, str] = {
+    CONNECTIONS: "src_ip STRING, dst_ip STRING, dst_port INT, stime TIMESTAMP",
+    CONNECTION_COUNTS: "stime TIMESTAMP, window_start TIMESTAMP, src_ip STRING, connections BIGINT",
+    PORT_COUNTS: "stime TIMESTAMP, window_start TIMESTAMP, src_ip STRING, ports INT",
+    PREFIX_COUNTS: (
+        "stime TIMESTAMP, window_start TIMESTAMP, prefix STRING, scanners BIGINT, ports BIGINT"
+    ),
+}
+GENERATOR_SCHEMA = STREAM_SCHEMAS[CONNECTIONS]
+
 Path = tuple[str | int, ...]
 
 
