@@ -39,15 +39,27 @@ class TaskRecord:
     # Per input, who runs an active replica of its task (TaskInputRead.active_copies): their
     # own logs of the stream are alternates to read it from.
     input_copies: tuple[tuple[str, ...], ...] = ()
+    # What it runs when it is the participant's own work (``app.tasks.work.Work.to_json``:
+    # source, sql, python, watermark, schema, sink); empty for a catalogue fragment or a
+    # synthetic task.
+    work: Mapping[str, Any] = field(default_factory=dict)
+    # A declared load, nothing runs (TaskRead.synthetic).
+    synthetic: bool = False
+    # The columns its output stream carries, as Spark DDL (TaskRead.output_schema), and the
+    # event-time column of that stream (a source's declared one; a fragment's is stime).
+    output_schema: str | None = None
+    # Per input, the columns of its stream (TaskInputRead.schema) and its event-time column.
+    input_schemas: tuple[str | None, ...] = ()
+    input_event_times: tuple[str | None, ...] = ()
 
     @property
     def real(self) -> bool:
-        """Runs as a catalogue fragment (a Spark query or a source), not declared load only."""
-        return self.fragment is not None
+        """Runs as a fragment or a source (a Spark query, a publisher), not declared load only."""
+        return self.fragment is not None or bool(self.work)
 
     @property
     def source(self) -> bool:
-        return self.fragment in SOURCE_FRAGMENTS
+        return self.fragment in SOURCE_FRAGMENTS or "source" in self.work
 
     @property
     def output_stream(self) -> str:
@@ -70,6 +82,11 @@ class TaskRecord:
             input_fragments=tuple(i.get("fragment") for i in raw),
             input_served_by=tuple(i.get("served_by") for i in raw),
             input_copies=tuple(tuple(i.get("active_copies") or ()) for i in raw),
+            work=dict(row.get("work") or {}),
+            synthetic=bool(row.get("synthetic", False)),
+            output_schema=row.get("output_schema"),
+            input_schemas=tuple(i.get("schema") for i in raw),
+            input_event_times=tuple(i.get("event_time") for i in raw),
         )
 
 
