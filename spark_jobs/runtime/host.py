@@ -351,6 +351,11 @@ class FragmentRuntime:
         its cost: see ``listeners``); KeyError for a fragment not started here."""
         return self._boundaries.book.recent(self._running[fragment].run_id, last)
 
+    def run_id(self, fragment: str) -> str | None:
+        """The run id of the fragment's query here (its job group in Spark), None if none."""
+        running = self._running.get(fragment)
+        return None if running is None else running.run_id
+
     def started(self) -> list[str]:
         """Fragments (and copies) started here and not stopped since, whether running or not."""
         return list(self._running)

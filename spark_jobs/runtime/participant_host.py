@@ -39,7 +39,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +60,7 @@ from spark_jobs.fragments import catalogue
 from spark_jobs.generators import ConnectionGenerator, RateSchedule, bucket_of, split_buckets
 from spark_jobs.runtime import follow
 from spark_jobs.runtime.active import is_active_copy
+from spark_jobs.runtime.cpu_load import UNITS_PER_CORE, SparkCpuMeter
 from spark_jobs.runtime.dataplane import (
     ClientDefaults,
     FlightAuth,
@@ -96,14 +96,8 @@ BUCKET_SECONDS = 1.0
 # At most this many seconds of input per batch, whatever the bucket (a catch-up after a cut
 # reads its backlog in batches of this much).
 BATCH_SECONDS = 20.0
-# Borealis's load: input rate x per-tuple cost, 1 unit = 1% of a reference CPU. The per-row
-# cost is the host's own: by default a fragment fed by the catalogue generator at its default
-# rate (60 rows/s) counts 5 units, the declared load of the demo's tasks. It never derives from
-# the registry's load, which a move sets to what the giver measured and sold.
+# The seeded generator's default rate, rows per second.
 NOMINAL_ROWS_PER_SECOND = 60.0
-LOAD_PER_ROW = 5.0 / NOMINAL_ROWS_PER_SECOND
-LOAD_WINDOW = 10.0
-MIN_MEASURED_SECONDS = 3.0
 # How long after a move the first batch at the new host is waited for (downtime), and where
 # it is logged: {"movement_id", "first_batch": seconds from the prepared movement's pick-up}.
 FIRST_BATCH_WAIT_SECONDS = 120.0
@@ -213,7 +207,7 @@ class SparkParticipantHost:
         spark: Callable[[], SparkSession] | None = None,
         checkpoints: str | Path | None = None,
         accept_fragments: frozenset[str] | None = None,
-        load_per_row: float = LOAD_PER_ROW,
+        units_per_core: float = UNITS_PER_CORE,
         auth: FlightAuth | None = None,
         tls: TlsFiles | None = None,
         bucket_seconds: float = BUCKET_SECONDS,
@@ -224,7 +218,10 @@ class SparkParticipantHost:
         self.bucket_seconds = bucket_seconds
         # How the active copies held here reconcile (``fedload agent --reconcile``).
         self.reconcile_mode = reconcile
-        self._load_per_row = load_per_row
+        # Load units per core of this host that a fragment's Spark jobs keep busy.
+        self._units_per_core = units_per_core
+        self._cpu: SparkCpuMeter | None = None
+        self._run_ids: dict[str, list[str]] = {}
         self._client = client
         self._data_dir = Path(data_dir)
         host, port = parse_address(listen)
@@ -698,42 +695,24 @@ class SparkParticipantHost:
         return bool(lease["host"] != self.name)
 
     def _measured(self, task: TaskRecord) -> float:
-        try:
-            progress = self.runtime.recent_progress(task.name)
-        except KeyError:  # not started here, or released for a move since the tick began
+        """What the fragment costs this host: the executor CPU of its query's jobs per second,
+        in load units (``spark_jobs.runtime.cpu_load``). A synthetic task, one not running
+        here, or one that ran too briefly to say keeps the load it has."""
+        run_id = self.runtime.run_id(task.name)
+        if run_id is None or not self.runtime.has_spark:
+            if self._cpu is not None:
+                self._cpu.forget(task.name)
             return task.load
-        now = time.time()
-        recent = [p for p in progress if _epoch_seconds(p["timestamp"]) >= now - LOAD_WINDOW]
-        # Rows per second of event time (SUnion's offsets are buckets), not per
-        # second of wall time: a query catching up on a backlog reads many seconds of input in
-        # one batch, and that burst is no steady load to trade on (a catch-up measured at 4x
-        # its rate was sold at that load, and the next host measured against it).
-        if not recent:
-            return task.load
-        first, last = _bucket(recent[0], "startOffset"), _bucket(recent[-1], "endOffset")
-        if first is None or last is None:
-            return task.load
-        seconds = (last - first) * self.bucket_seconds
-        if seconds < MIN_MEASURED_SECONDS:
-            return task.load
-        rows = sum(int(p["numInputRows"]) for p in recent)
-        return rows / seconds * self._load_per_row
-
-
-def _bucket(progress: Mapping[str, Any], which: str) -> int | None:
-    sources = progress.get("sources") or []
-    if not sources:
-        return None
-    offset = sources[0].get(which)
-    if isinstance(offset, str):
-        offset = json.loads(offset) if offset not in ("", "null") else None
-    if not isinstance(offset, Mapping) or "bucket" not in offset:
-        return None
-    return int(offset["bucket"])
-
-
-def _epoch_seconds(stamp: str) -> float:
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+        if self._cpu is None:
+            self._cpu = SparkCpuMeter(self.runtime.spark, units_per_core=self._units_per_core)
+        runs = self._run_ids.setdefault(task.name, [])
+        if run_id not in runs:
+            # A restart here (a failover, a DPC redo adopted) is another run of the same
+            # fragment: the window keeps counting across it.
+            runs[:] = [*runs[-2:], run_id]
+        self._cpu.observe(task.name, runs)
+        measured = self._cpu.load(task.name)
+        return task.load if measured is None else measured
 
 
 # A move ships the checkpoint directory whole; Spark keeps 100 batches of offsets, commits and
