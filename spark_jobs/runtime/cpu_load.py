@@ -32,6 +32,8 @@ WINDOW_SECONDS = 10.0
 # Fewer seconds than this of samples say too little (a query that just started or moved here
 # ran one or two batches, one of them its start-up): the task keeps the load it had.
 MIN_SPAN_SECONDS = 3.0
+# A query's first seconds here are its start-up and catch-up (see ``observe``).
+SETTLE_SECONDS = 8.0
 # Spark's status store keeps 1,000 stages by default (spark.ui.retainedStages); remembering
 # more ids than that only holds memory.
 MAX_REMEMBERED_STAGES = 5000
@@ -90,12 +92,21 @@ class SparkCpuMeter:
         # share (a shuffle reused) ran once, and the second job lists it as skipped.
         self._stages: dict[int, None] = {}
 
-    def observe(self, fragment: str, run_ids: Any) -> None:
+    def observe(self, fragment: str, run_ids: Any, *, settling: bool = False) -> None:
         """Count the CPU of the newly finished jobs of ``run_ids`` (the fragment's queries
-        here: a restart or a DPC redo runs under another run id, and all of them are its cost)."""
+        here: a restart or a DPC redo runs under another run id, and all of them are its cost).
+
+        ``settling``: the query has only just started here. Its first batches catch up on what
+        accumulated during the move and warm the state store: 3-5x its steady CPU in the
+        measured-load test, a cost of the move and not of the fragment, which a load sold on
+        it would carry to the next host. Their jobs are counted off and the window starts
+        after them."""
         spent = 0.0
         for run_id in run_ids:
             spent += self._new_cpu(str(run_id))
+        if settling:
+            self._windows.pop(fragment, None)
+            return
         window = self._windows.setdefault(fragment, CpuWindow(self._window))
         window.add(self._clock(), spent)
 

@@ -60,7 +60,7 @@ from spark_jobs.fragments import catalogue
 from spark_jobs.generators import ConnectionGenerator, RateSchedule, bucket_of, split_buckets
 from spark_jobs.runtime import follow
 from spark_jobs.runtime.active import is_active_copy
-from spark_jobs.runtime.cpu_load import UNITS_PER_CORE, SparkCpuMeter
+from spark_jobs.runtime.cpu_load import SETTLE_SECONDS, UNITS_PER_CORE, SparkCpuMeter
 from spark_jobs.runtime.dataplane import (
     ClientDefaults,
     FlightAuth,
@@ -222,6 +222,7 @@ class SparkParticipantHost:
         self._units_per_core = units_per_core
         self._cpu: SparkCpuMeter | None = None
         self._run_ids: dict[str, list[str]] = {}
+        self._run_started: dict[str, float] = {}
         self._client = client
         self._data_dir = Path(data_dir)
         host, port = parse_address(listen)
@@ -710,7 +711,9 @@ class SparkParticipantHost:
             # A restart here (a failover, a DPC redo adopted) is another run of the same
             # fragment: the window keeps counting across it.
             runs[:] = [*runs[-2:], run_id]
-        self._cpu.observe(task.name, runs)
+            self._run_started[run_id] = time.monotonic()
+        settling = time.monotonic() - self._run_started.get(run_id, 0.0) < SETTLE_SECONDS
+        self._cpu.observe(task.name, runs, settling=settling)
         measured = self._cpu.load(task.name)
         return task.load if measured is None else measured
 
