@@ -42,6 +42,9 @@ class Participant(Base):
     # participant is fenced until it rejoins); null while it is a member in good standing.
     failed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     endpoint: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    # The Python distributions whose fragments its agent's operator allows, as its last
+    # heartbeat advertised them (null: never said; it is offered no python fragment).
+    fragments: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 

@@ -3,7 +3,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, CheckConstraint, Float, ForeignKey, Index, Integer, String
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    CheckConstraint,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    false,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, UTCDateTime, utcnow
@@ -30,6 +41,16 @@ class Task(Base):
     fragment: Mapped[str | None] = mapped_column(String(64), nullable=True)
     params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict, server_default="{}")
     inputs: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list, server_default="[]")
+    # Or the owner's own work (app.tasks.work.Work.to_json: a source, SQL or a Python function,
+    # a watermark, a sink); empty for a catalogue fragment and for a declared load.
+    work: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict, server_default="{}")
+    # Runs nothing: a declared load the market moves (neither a fragment nor work).
+    synthetic: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # The columns of its output stream as Spark DDL, what its readers' SQL is checked against:
+    # inferred at registration, replaced by Spark's analysis when the owner's agent reports it
+    # (null: not known yet). ``analysis_error``: the agent's last analysis failed, and why.
+    output_schema: Mapped[str | None] = mapped_column(Text, nullable=True)
+    analysis_error: Mapped[str | None] = mapped_column(Text, nullable=True)
     # Which contract the current host runs it under (null while at home) and at what price.
     contract_id: Mapped[int | None] = mapped_column(ForeignKey("contracts.id"), nullable=True)
     price: Mapped[float | None] = mapped_column(Float, nullable=True)

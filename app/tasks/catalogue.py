@@ -210,6 +210,10 @@ class Upstream:
     name: str
     owner: str
     fragment: str | None
+    # A task's own work (app.tasks.work.Work.to_json; empty: a catalogue fragment or a
+    # declared load) and the columns of its output stream as Spark DDL (None: not known yet).
+    work: Mapping[str, Any] = field(default_factory=dict)
+    output_schema: str | None = None
 
 
 def input_names(inputs: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -300,6 +304,12 @@ def _check_inputs(
             whose = f"{owner} owns" if owner is not None else "there is"
             raise FragmentError(f"{whose} no task named {name!r}", where)
         producer = CATALOGUE.get(found.fragment) if found.fragment is not None else None
+        if producer is None and found.work:
+            raise FragmentError(
+                f"{kind.name} reads {kind.reads}, but task {name!r} runs its own work (its "
+                "stream has its own schema); read it with a sql or python fragment",
+                where,
+            )
         if producer is None:
             raise FragmentError(
                 f"task {name!r} runs no fragment, so it has no output stream to read", where

@@ -125,7 +125,9 @@ def parse_ddl(text: Any, path: Sequence[str | int]) -> StreamSchema:
 
 def _split_top(text: str, separator: str) -> list[str]:
     """Split at ``separator`` outside <...>, (...) and backticks."""
-    parts, depth, quoted, current = [], 0, False, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth, quoted = 0, False
     for char in text:
         if char == "`":
             quoted = not quoted
