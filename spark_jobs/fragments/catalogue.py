@@ -3,6 +3,10 @@
 A task names a catalogue fragment, its parameters and its inputs; any agent turns that record
 into the PySpark function it runs (``build``) and the schema its SUnion reads (the output schema
 of the input's fragment). The generator is a source: it runs in its owner's agent, not on Spark.
+
+The functions are the ``fedload.fragments`` entry points of the ``fedload`` distribution
+(pyproject.toml), the same way any distribution offers Python fragments
+(``spark_jobs.fragments.python``): a catalogue name is an entry point's name.
 """
 
 from __future__ import annotations
@@ -21,12 +25,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs.fragments.network_monitoring import (
-    CONNECTION_SCHEMA,
-    connection_counts,
-    distinct_port_counts,
-    prefix_scanner_counts,
-)
+from spark_jobs.fragments.network_monitoring import CONNECTION_SCHEMA
+from spark_jobs.fragments.python import OWN_DISTRIBUTION, entry_points
 
 GENERATOR = "generator"
 
@@ -51,12 +51,6 @@ OUTPUT_SCHEMAS: dict[str, StructType] = {
     ),
 }
 
-_FUNCTIONS: dict[str, Callable[..., DataFrame]] = {
-    "connections_per_source": connection_counts,
-    "distinct_ports_per_source": distinct_port_counts,
-    "prefix_scanners": prefix_scanner_counts,
-}
-
 # Parameters each function takes, with the registry's defaults (kept equal to the catalogue's
 # description in app/tasks/catalogue.py; tests/unit/fragments pins that they agree).
 PARAMETERS: dict[str, dict[str, Any]] = {
@@ -72,11 +66,21 @@ class UnknownFragment(ValueError):
 
 def build(fragment: str, params: Mapping[str, Any]) -> Callable[[DataFrame], DataFrame]:
     """The DataFrame function of a catalogue fragment with its parameters bound."""
-    if fragment not in _FUNCTIONS:
+    return functools.partial(function(fragment), **bound_parameters(fragment, params))
+
+
+def function(fragment: str) -> Callable[..., DataFrame]:
+    """The function fedload's entry point ``fragment`` names."""
+    found = entry_points(OWN_DISTRIBUTION).get(fragment)
+    if found is None or fragment not in PARAMETERS:
         raise UnknownFragment(f"{fragment!r} is not a Spark fragment of the catalogue")
-    known = PARAMETERS[fragment]
-    bound = {k: int(params.get(k, default)) for k, default in known.items()}
-    return functools.partial(_FUNCTIONS[fragment], **bound)
+    loaded: Callable[..., DataFrame] = found.load()
+    return loaded
+
+
+def bound_parameters(fragment: str, params: Mapping[str, Any]) -> dict[str, int]:
+    """The fragment's parameters: the task's, else the registry's defaults."""
+    return {k: int(params.get(k, default)) for k, default in PARAMETERS[fragment].items()}
 
 
 def input_schema(input_fragment: str) -> StructType:

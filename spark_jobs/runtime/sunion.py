@@ -41,7 +41,10 @@ is how the sink learns that a batch is tentative. Extra options: ``bucket_ms`` (
 in stime milliseconds), ``delay_strategy`` (``delay_each``/``delay_first``), and the clock: an
 injected one (``clock_location``/``clock_stream``: "now" in ms is that stream's boundary) or wall
 time shifted by ``clock_offset_ms`` (now = wall ms - offset). If the declared schema has a
-string column ``kind`` the source fills it with STABLE/TENTATIVE per row. Reconciliation state
+string column ``kind`` the source fills it with STABLE/TENTATIVE per row; if it has an int
+column ``fedload_input``, with the index of the row's input in ``inputs`` (a SQL fragment's view
+of one input, ``spark_jobs.fragments.sql``), and then columns are matched by name, an input's
+rows holding nulls in columns only other inputs have. Reconciliation state
 that must survive a driver restart comes in two more options: ``first_tentative`` (a node that
 restarts in failure: the reader is in failure from that bucket, as if it had released it) and
 ``ack_limit_file`` (a file holding a bucket number: while it exists, acknowledgements stop there,
@@ -113,7 +116,7 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +137,7 @@ from spark_jobs.runtime.transport import BucketWidthMismatch, StreamClient
 log = logging.getLogger(__name__)
 
 KIND_COLUMN = "kind"
+INPUT_COLUMN = "fedload_input"
 # Failure backlog copied into the spool per trigger, after the buckets due now (see _fill_spool).
 BACKLOG_BUCKETS_PER_CALL = 4
 # What a cut link, a partition or a dead producer look like to a Flight client; a server-side
@@ -315,6 +319,21 @@ def checked_alternates(alternates: Any, where: str) -> list[dict[str, str]]:
     return alternates
 
 
+def _tagged(batch: pa.RecordBatch, index: int, target: pa.Schema) -> pa.RecordBatch:
+    """``batch`` in ``target``'s columns by name, tagged with its input's index; a column this
+    input lacks (another input's) is null."""
+    have = set(batch.schema.names)
+    columns = [
+        pa.array(np.full(batch.num_rows, index, dtype=np.int32), type=field.type)
+        if field.name == INPUT_COLUMN
+        else batch.column(field.name).cast(field.type)
+        if field.name in have
+        else pa.nulls(batch.num_rows, field.type)
+        for field in target
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=target)
+
+
 @dataclass(frozen=True)
 class BucketRange(InputPartition):
     """One input's buckets [lo, hi) in one micro-batch: one Spark task."""
@@ -331,6 +350,8 @@ class BucketRange(InputPartition):
     # A replicated input: the source whose log holds the range (when the batch was planned),
     # read instead of ``location``/``stream``, which then only name the input (its spool).
     source: tuple[str, str] | None = None
+    # The input's place in ``inputs`` (the value of INPUT_COLUMN for its rows).
+    index: int = 0
 
 
 class SUnionDataSource(DataSource):
@@ -833,7 +854,9 @@ class SUnionReader(DataSourceStreamReader):
         if lo >= hi:
             return []
         tentative = end.get("tentative_from")
-        return [self._range(i, lo, hi, tentative) for i in self.inputs]
+        return [
+            replace(self._range(i, lo, hi, tentative), index=n) for n, i in enumerate(self.inputs)
+        ]
 
     def _range(self, i: dict[str, Any], lo: int, hi: int, tentative: int | None) -> BucketRange:
         if not i.get("alternates"):
@@ -875,6 +898,8 @@ class SUnionReader(DataSourceStreamReader):
     ) -> pa.RecordBatch:
         if kinded and KIND_COLUMN not in batch.schema.names:
             batch = self._with_kind(batch, partition)
+        if INPUT_COLUMN in target.names:
+            return _tagged(batch, partition.index, target)
         if batch.schema == target:
             return batch
         # With a kind column, match by name (it was appended last here).
