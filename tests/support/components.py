@@ -46,3 +46,38 @@ def require_java() -> None:
     from tests.prerequisites import java_problem
 
     require("Java (Spark needs it)", java_problem())
+
+
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+
+
+def nats_url() -> str:
+    return os.environ.get("FEDLOAD_TEST_NATS_URL", DEFAULT_NATS_URL)
+
+
+def nats_problem(url: str | None = None) -> str | None:
+    """None when a NATS server with JetStream answers at ``url``; otherwise what is wrong."""
+    import asyncio
+
+    import nats
+
+    where = url or nats_url()
+
+    async def quiet(error: Exception) -> None:
+        return None  # the answer below says what failed; nats-py would print a traceback
+
+    async def probe() -> None:
+        client = await nats.connect(where, connect_timeout=3, allow_reconnect=False, error_cb=quiet)
+        try:
+            await client.jetstream().account_info()
+        finally:
+            await client.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(probe(), 10))
+    except Exception as exc:  # any failure is the same answer: not usable
+        return (
+            f"no NATS server with JetStream at {where} ({exc!r}); start one with: "
+            "nats-server -a 127.0.0.1 -p 4222 -js"
+        )
+    return None
