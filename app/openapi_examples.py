@@ -37,6 +37,7 @@ _PARTICIPANT_READ = {
     "endpoint": "grpc://10.0.0.2:7001",
     "last_heartbeat_at": _AT,
     "failed_at": None,
+    "fragments": ["netmon-fragments"],
     "created_at": _STARTS,
 }
 
@@ -116,6 +117,7 @@ EXAMPLES: dict[str, Example] = {
         "status": "active",
         "liveness": "online",
         "failed_at": None,
+        "fragments": ["netmon-fragments"],
     },
     "ParticipantEndpoint": {"name": "B", "endpoint": "grpc://10.0.0.2:7001", "liveness": "online"},
     "ParticipantStatus": "active",
@@ -137,6 +139,7 @@ EXAMPLES: dict[str, Example] = {
         "marginal_cost": 1.9,
         "threshold": 79.5,
         "node_state": "STABLE",
+        "fragments": ["netmon-fragments"],
     },
     # Contracts
     "ContractCreate": {**_CONTRACT_TERMS, "partner": "B"},
@@ -175,19 +178,28 @@ EXAMPLES: dict[str, Example] = {
         "total_paid": 75.0,
     },
     # Tasks
+    # A participant's own work: a SQL fragment over its source A.readings, written to Parquet.
     "TaskCreate": {
-        "name": "A.q01",
-        "load": 5.0,
-        "fragment": "connections_per_source",
-        "params": {"window_seconds": 10, "threshold": 25},
-        "inputs": [{"task": "A.conns"}],
+        "name": "A.daily",
+        "inputs": [{"task": "A.readings"}],
+        "sql": "SELECT window(ts, '1 day') AS day, station, avg(temp) AS mean_temp "
+        "FROM readings GROUP BY window(ts, '1 day'), station",
+        "watermark": "1 hour",
+        "sink": {"kind": "parquet", "path": "/results/daily"},
     },
     "TaskInput": {"task": "A.conns"},
     "TaskInputRead": {
-        "task": "A.conns",
-        "fragment": "generator",
+        "task": "A.readings",
+        "fragment": None,
+        "schema": "station string, ts timestamp, temp double, stime timestamp",
+        "event_time": "ts",
         "served_by": "A",
         "active_copies": [],
+    },
+    "AnalysisReport": {
+        "error": None,
+        "output_schema": "day struct<start:timestamp,end:timestamp>, station string, "
+        "mean_temp double, stime timestamp",
     },
     "TaskRead": {
         "id": 4,
@@ -203,6 +215,11 @@ EXAMPLES: dict[str, Example] = {
         "fragment": "connections_per_source",
         "params": {"window_seconds": 10, "threshold": 25},
         "inputs": [{"task": "A.conns", "fragment": "generator"}],
+        "work": {},
+        "synthetic": False,
+        "output_schema": "stime TIMESTAMP, window_start TIMESTAMP, src_ip STRING, "
+        "connections BIGINT",
+        "analysis_error": None,
     },
     "TaskUpdate": {"load": 20.0, "pinned": False},
     "LeaseRead": {"task": "A.q01", "host": "B", "epoch": 2, "moving": False},

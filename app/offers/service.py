@@ -28,7 +28,7 @@ from app.auth.principal import Principal
 from app.contracts import service as contracts
 from app.db.base import utcnow
 from app.errors import Conflict, Forbidden, InvalidInput, NotFound
-from app.market import protocol
+from app.market import protocol, runnable
 from app.models import (
     ContractStatus,
     Movement,
@@ -99,6 +99,8 @@ def create(session: Session, principal: Principal, data: OfferCreate) -> Offer:
                 f"contract {contract.id} does not allow replica hosting", field=f"replicas[{i}]"
             )
         _refuse_second_copy(session, task, partner, f"replicas[{i}]")
+    # Only once every name is the caller's to offer: the answer tells nothing of others' tasks.
+    _refuse_unrunnable(session, found, partner, data)
     outstanding = session.scalar(
         select(Offer).where(Offer.from_id == me, Offer.status == OfferStatus.open)
     )
@@ -156,6 +158,29 @@ def create(session: Session, principal: Principal, data: OfferCreate) -> Offer:
         detail={"tasks": data.tasks, "replicas": data.replicas, "price": data.price},
     )
     return offer
+
+
+def _refuse_unrunnable(
+    session: Session, found: dict[str, Task], partner: int, data: OfferCreate
+) -> None:
+    """A python fragment goes only to a partner whose agent advertised its distribution."""
+    listed = [(f"tasks[{i}]", n) for i, n in enumerate(data.tasks)]
+    listed += [(f"replicas[{i}]", n) for i, n in enumerate(data.replicas)]
+    receiver: Participant | None = None
+    for field, name in listed:
+        task = found.get(name)
+        distribution = runnable.python_distribution(task.work if task is not None else None)
+        if distribution is None:
+            continue
+        receiver = receiver or session.get(Participant, partner)
+        assert receiver is not None
+        if not runnable.may_run(distribution, receiver.fragments):
+            advertised = ", ".join(receiver.fragments or []) or "none"
+            raise InvalidInput(
+                f"{receiver.name} does not run Python fragments from {distribution} (its agent "
+                f"advertises: {advertised}); task {name} cannot be offered to it",
+                field=field,
+            )
 
 
 def _refuse_second_copy(session: Session, task: Task, receiver: int, field: str) -> None:

@@ -114,6 +114,14 @@ class FedloadClient:
         """The owner (or an admin) declares a task's new load: its input rate changed."""
         return dict(self._call("PATCH", f"/v1/tasks/{quote(name, safe='')}", json={"load": load}))
 
+    def report_analysis(
+        self, task: str, *, error: str | None, output_schema: str | None
+    ) -> dict[str, Any]:
+        """The owner's agent reports Spark's analysis of a task's work: what it refused
+        (None clears it) and the output schema it found (None keeps the recorded one)."""
+        body = {"error": error, "output_schema": output_schema}
+        return dict(self._call("PUT", f"/v1/tasks/{quote(task, safe='')}/analysis", json=body))
+
     def lease(self, task: str) -> dict[str, Any]:
         return dict(self._call("GET", f"/v1/tasks/{task}/lease"))
 

@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from app.market import runnable
 from app.market.protocol import MAX_RELAY_DEPTH, plan_room, take_after_room
 from app.participant.client import ApiError
 from app.participant.decisions import ContractView, Decisions
+from app.participant.distributions import allowed_distributions, is_allowed
 from app.participant.failover import Availability, kept, plan_failovers
 from app.participant.ports import Host, MovementRecord, Mover, Registry, TaskRecord
 
@@ -61,6 +63,9 @@ class AgentState:
     # partner -> (smallest task load of an offer it refused outright, when): it had no room
     refused_size: dict[str, tuple[float, float]] = field(default_factory=dict)
     offered_at: dict[str, float] = field(default_factory=dict)  # partner -> when it last shed to me
+    # partner -> {task: when}: the registry refused to offer it the task, a python fragment
+    # from a distribution its agent does not run (app.market.runnable); offered elsewhere.
+    cannot_run: dict[str, dict[str, float]] = field(default_factory=dict)
     # upstream offer id -> the room-making relay under way for it (protocol.plan_room)
     relays: dict[int, PendingRelay] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
@@ -81,13 +86,18 @@ class Agent:
         accept_fragments: Collection[str] | None = None,
         clock: Callable[[], datetime] | None = None,
         availability: Availability | None = None,
+        fragments: Collection[str] | None = None,
     ) -> None:
         """``accept_fragments``: the catalogue fragments this participant agrees to run (None:
         any); offered tasks running another fragment are left out of what it accepts.
         ``clock``: the time the registry's timestamps (``host_since``) are compared with, UTC
         (default the wall clock; a simulation passes its simulated clock).
         ``availability``: the data plane of crash recovery (standbys kept, failovers made);
-        None: this participant neither keeps replicas real nor fails tasks over."""
+        None: this participant neither keeps replicas real nor fails tasks over.
+        ``fragments``: the Python distributions its operator allows fragments from
+        (``fedload agent --fragments``; fedload always), advertised in every heartbeat; offered
+        Python tasks from any other are left out. None: no Python fragments are checked (a
+        node whose host runs none)."""
         self.name = name
         self.client = client
         self.decisions = decisions
@@ -97,6 +107,7 @@ class Agent:
         self.refusal_backoff = refusal_backoff_intervals * offer_interval
         self.on_move = on_move
         self.accept_fragments = None if accept_fragments is None else frozenset(accept_fragments)
+        self.fragments = None if fragments is None else allowed_distributions(fragments)
         self.clock = clock or _wall_clock
         self.availability = availability
         self.state = AgentState()
@@ -146,6 +157,8 @@ class Agent:
         }
         if self.host.endpoint is not None:
             beat["endpoint"] = self.host.endpoint
+        if self.fragments is not None:
+            beat["fragments"] = sorted(self.fragments)
         self.client.heartbeat(**beat)
         if self.availability is not None:
             self._keep_available(visible, replica_rows, liveness, beat)
@@ -324,16 +337,24 @@ class Agent:
         )
 
     def _acceptable_kinds(self, offered: dict[str, float]) -> dict[str, float]:
-        if self.accept_fragments is None:
+        if self.accept_fragments is None and self.fragments is None:
             return offered
         kept = {}
         for name, load in offered.items():
             try:
-                fragment = self.client.task(name).get("fragment")
+                row = self.client.task(name)
             except ApiError:
                 continue  # cannot tell what it runs: do not take it
-            if fragment is None or fragment in self.accept_fragments:
-                kept[name] = load
+            fragment, work = row.get("fragment"), row.get("work") or {}
+            if self.accept_fragments is not None and fragment not in (None, *self.accept_fragments):
+                continue
+            if (
+                self.fragments is not None
+                and work.get("python")
+                and not is_allowed(work.get("distribution"), self.fragments)
+            ):
+                continue  # its host would refuse to run it
+            kept[name] = load
         return kept
 
     def _offered_loads(self, offer: dict) -> dict[str, float]:
@@ -393,15 +414,16 @@ class Agent:
             contracts=contracts,
             partner_online=available,
             replicas=self.state.replicas,
-            held_by=self.state.held_by,
+            held_by=self._not_offered_to(now),
             too_large=self._too_large(now),
         )
         if plan is None:
             return
+        offered = [t for t in plan.tasks if t not in plan.replicas]
         try:
             made = self.client.offer(
                 plan.contract_id,
-                [t for t in plan.tasks if t not in plan.replicas],
+                offered,
                 plan.price,
                 {t: movable[t] for t in plan.tasks},
                 replicas=list(plan.replicas),
@@ -412,6 +434,9 @@ class Agent:
             if exc.status == 409:
                 # Refused outright (a copy already there, say): try the next partner.
                 self.state.refused_at[plan.partner] = now
+            unrunnable = runnable.refused_task(exc.field, offered, plan.replicas)
+            if exc.status == 422 and unrunnable is not None:
+                self.state.cannot_run.setdefault(plan.partner, {})[unrunnable] = now
             return
         self.state.last_offer = (int(made["id"]), plan.partner)
 
@@ -485,6 +510,16 @@ class Agent:
         elif last is not None and last["status"] in ("accepted", "partially_accepted"):
             self.state.refused_size.pop(partner, None)
         self.state.last_offer = None
+
+    def _not_offered_to(self, now: float) -> dict[str, set[str]]:
+        """Per partner, the tasks not to offer it: copies it holds, and python fragments it
+        was refused lately (its agent may advertise the distribution later)."""
+        horizon = 3 * self.refusal_backoff
+        out = {partner: set(held) for partner, held in self.state.held_by.items()}
+        for partner, refused in self.state.cannot_run.items():
+            recent = {task for task, when in refused.items() if now - when < horizon}
+            out.setdefault(partner, set()).update(recent)
+        return out
 
     def _too_large(self, now: float) -> dict[str, float]:
         # A partner's room changes as load moves: a refusal's size limit holds for a few

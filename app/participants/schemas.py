@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api_types import JsonObject, NonNegative, Positive, ShortText
+from app.limits import MAX_LIST_ITEMS
 from app.models import ParticipantStatus
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+# A Python distribution's name (PEP 508's spelling).
+Distribution = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
 
 
 class ParticipantCreate(BaseModel):
@@ -41,6 +44,12 @@ class ParticipantPublic(BaseModel):
         default=None,
         description="When the registry declared the participant failed (a heartbeat window "
         "closed unanswered); null while it is a member in good standing.",
+    )
+    fragments: list[str] | None = Field(
+        default=None,
+        description="The Python distributions whose fragments its agent may run, as its last "
+        "heartbeat said; a python fragment from any other is never offered to it (null: it "
+        "never said, so none).",
     )
 
 
@@ -82,6 +91,12 @@ class Heartbeat(BaseModel):
     marginal_cost: NonNegative | None = None
     threshold: NonNegative | None = None
     node_state: Literal["STABLE", "UP_FAILURE", "STABILIZATION"] | None = None
+    fragments: list[Distribution] | None = Field(
+        default=None,
+        max_length=MAX_LIST_ITEMS,
+        description="The Python distributions whose fragments this agent's operator allows it "
+        "to run (e.g. ['netmon-fragments']); absent: unchanged since the last heartbeat.",
+    )
 
 
 class HeartbeatAnswer(ParticipantRead):

@@ -169,6 +169,9 @@ def heartbeat(session: Session, participant: Participant, beat: Heartbeat) -> Pa
         participant.liveness = "online"
     if beat.endpoint is not None:
         participant.endpoint = beat.endpoint
+    if beat.fragments is not None and participant.fragments != sorted(set(beat.fragments)):
+        # What partners may offer it (app.market.runnable); kept until a heartbeat says again.
+        participant.fragments = sorted(set(beat.fragments))
     if beat.load is not None:
         session.add(
             ParticipantSample(

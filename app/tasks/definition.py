@@ -49,6 +49,10 @@ class TaskDefinition:
 
     @property
     def output_ddl(self) -> str | None:
+        kind = CATALOGUE.get(self.fragment or "")
+        if kind is not None:
+            # The catalogue's spelling, as spark_jobs.fragments.catalogue pins it.
+            return STREAM_SCHEMAS[kind.writes]
         return None if self.output_schema is None else self.output_schema.ddl()
 
 

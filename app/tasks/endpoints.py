@@ -16,7 +16,7 @@ from app.movements.schemas import LeaseRead
 from app.pagination import PageRequest, page_request, paginate
 from app.participants import repository as participants
 from app.tasks import repository, service
-from app.tasks.schemas import TaskCreate, TaskRead, TaskUpdate
+from app.tasks.schemas import AnalysisReport, TaskCreate, TaskRead, TaskUpdate
 
 router = api_router(prefix="/v1/tasks", tags=["tasks"])
 TasksPage = Annotated[PageRequest, Depends(page_request("tasks", str, int))]
@@ -24,8 +24,11 @@ TasksPage = Annotated[PageRequest, Depends(page_request("tasks", str, int))]
 
 @router.post("", response_model=TaskRead, status_code=status.HTTP_201_CREATED)
 def declare(body: TaskCreate, me: CurrentPrincipal, session: SessionDep) -> TaskRead:
-    """Declare a task that you own and, for now, host: a declared load, or a fragment of the
-    catalogue (``fragment``, ``params``, ``inputs``: tasks of yours whose output it reads)."""
+    """Declare a task that you own and, for now, host: a fragment of the catalogue
+    (``fragment``, ``params``), your own work (a ``source`` with its schema, or ``sql`` /
+    ``python`` over ``inputs``, tasks of yours whose output it reads, with an optional
+    ``watermark`` and ``sink``), or a synthetic task (a declared ``load``, nothing runs). A SQL
+    fragment is checked against its inputs' schemas; any bad field is a 422 naming it."""
     return service.to_read(session, [service.declare(session, me, body)])[0]
 
 
@@ -57,6 +60,16 @@ def update_task(
     """Change the declared ``load`` (the owner or an admin) and/or ``pinned`` (an admin: the
     market leaves a pinned task where it is); audited. A task you cannot see is 404."""
     return service.to_read(session, [service.update(session, me, name, body)])[0]
+
+
+@router.put("/{name}/analysis", response_model=TaskRead)
+def report_analysis(
+    name: PathName, body: AnalysisReport, me: CurrentPrincipal, session: SessionDep
+) -> TaskRead:
+    """The task's owner (its agent) reports Spark's analysis of the task's work: ``error``
+    (null clears the one recorded) and, when given, the ``output_schema`` Spark found, which
+    replaces the registry's inferred one. Audited."""
+    return service.to_read(session, [service.report_analysis(session, me, name, body)])[0]
 
 
 @router.get("/{name}/lease", response_model=LeaseRead)

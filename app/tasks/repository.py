@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
@@ -28,18 +29,31 @@ def visible_to(
     return list(session.scalars(query.limit(limit)))
 
 
-def inputs_by_name(
-    session: Session, names: Iterable[str]
-) -> dict[str, tuple[str | None, int, int]]:
-    """Per named task: the fragment it runs (None: a declared load), its owner's and its
-    host's ids."""
+class InputRow(NamedTuple):
+    """What a reader's record shows of a task it reads."""
+
+    fragment: str | None
+    owner_id: int
+    host_id: int
+    work: dict[str, Any]
+    output_schema: str | None
+
+
+def inputs_by_name(session: Session, names: Iterable[str]) -> dict[str, InputRow]:
+    """Per named task: the fragment it runs (None: its own work or a declared load), its
+    owner's and its host's ids, its work and its output stream's schema."""
     wanted = list(set(names))
     if not wanted:
         return {}
     rows = session.execute(
-        select(Task.name, Task.fragment, Task.owner_id, Task.host_id).where(Task.name.in_(wanted))
+        select(
+            Task.name, Task.fragment, Task.owner_id, Task.host_id, Task.work, Task.output_schema
+        ).where(Task.name.in_(wanted))
     )
-    return {name: (fragment, owner, host) for name, fragment, owner, host in rows}
+    return {
+        name: InputRow(fragment, owner, host, dict(work or {}), schema)
+        for name, fragment, owner, host, work, schema in rows
+    }
 
 
 def active_copy_holders(session: Session, names: Iterable[str]) -> dict[str, list[str]]:

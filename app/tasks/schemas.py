@@ -1,13 +1,26 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from app.api_types import JsonObject, NameRef, NonNegative
+from app.api_types import JsonObject, NameRef, NonNegative, ShortText
 from app.limits import MAX_LIST_ITEMS
 from app.participants.schemas import NAME_PATTERN
+
+# A query, a schema or an error message: free text over several lines (no NUL, which no
+# backend stores), bounded so that one task stays a small record.
+MAX_TEXT_CHARS = 32 * 1024
+
+
+def _no_nul(text: str) -> str:
+    if "\x00" in text:
+        raise ValueError("must not contain a NUL character")
+    return text
+
+
+Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS), AfterValidator(_no_nul)]
 
 
 class TaskInput(BaseModel):
@@ -22,7 +35,20 @@ class TaskInputRead(TaskInput):
     """An input as the registry returns it: with the fragment its task runs, which says what
     the stream carries (a host may not be able to read the input task itself)."""
 
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
     fragment: str | None = None
+    columns: str | None = Field(
+        default=None,
+        alias="schema",
+        description="The columns of the input's stream as Spark DDL (its task's output_schema; "
+        "null: not known yet).",
+    )
+    event_time: str = Field(
+        default="stime",
+        description="The stream's event-time column: a source's declared one, 'stime' for "
+        "every other stream.",
+    )
     served_by: str | None = Field(
         default=None,
         description="The participant whose data-plane endpoint serves the input's stream: its "
@@ -38,14 +64,27 @@ class TaskInputRead(TaskInput):
 
 
 class TaskCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A task: a catalogue fragment (``fragment``, ``params``), your own work (``source``;
+    ``sql`` or ``python`` over ``inputs``, with ``watermark``, ``schema``, ``sink``), or
+    neither: a synthetic task, a declared ``load`` that the market moves and nothing runs."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     name: str = Field(
         pattern=NAME_PATTERN,
         description="'<your participant name>.<local name>' (e.g. 'A.q01'); the local name has "
         "letters, digits, '_' and '-' only. Any other name is a 422.",
     )
-    load: NonNegative = Field(description="Declared load in load units.")
+    load: NonNegative | None = Field(
+        default=None,
+        description="Declared load in load units: required for a synthetic task; for real work "
+        "an initial estimate (default 0) until its host measures it.",
+    )
+    synthetic: bool | None = Field(
+        default=None,
+        description="True: a declared load, nothing runs (implied when the task names no "
+        "fragment and no work).",
+    )
     fragment: NameRef | None = Field(
         default=None,
         description="A fragment kind of the catalogue (e.g. 'generator', "
@@ -58,6 +97,59 @@ class TaskCreate(BaseModel):
         default_factory=list,
         max_length=MAX_LIST_ITEMS,
         description="Tasks of yours whose output streams it reads.",
+    )
+    source: JsonObject | None = Field(
+        default=None,
+        description="A stream entering here: {kind: generator|files|nats|flight, schema: "
+        "'<Spark DDL>', event_time: <a TIMESTAMP column>, and the kind's options (files: "
+        "format, path; nats: stream, subject, url)}.",
+    )
+    sql: Text | None = Field(
+        default=None,
+        description="A Spark SQL SELECT over the inputs, each a view named by its local name "
+        "(A.readings is 'readings'); checked against the inputs' schemas.",
+    )
+    python: ShortText | None = Field(
+        default=None, description="'package.module:function' from ``distribution``."
+    )
+    distribution: ShortText | None = Field(
+        default=None,
+        description="The Python distribution providing ``python``: 'name==version', or 'name' "
+        "when installed at the registry (its version is recorded).",
+    )
+    watermark: ShortText | None = Field(
+        default=None, description="How late an input row may be, e.g. '10 seconds', '1 hour'."
+    )
+    columns: Text | None = Field(
+        default=None,
+        alias="schema",
+        description="The output schema as Spark DDL: required for a python fragment.",
+    )
+    sink: JsonObject | None = Field(
+        default=None,
+        description="Where the output is also written at your host: {kind: parquet, path} or "
+        "{kind: nats, subject}; the log is always written.",
+    )
+
+    def definition(self) -> dict[str, Any]:
+        """The fields as the shared rule (app.tasks.definition) reads them."""
+        out = self.model_dump(by_alias=True, exclude={"name"})
+        out["inputs"] = [i.model_dump() for i in self.inputs]
+        return out
+
+
+class AnalysisReport(BaseModel):
+    """What the task's owner's agent found when it analysed the task's work with Spark."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    error: Text | None = Field(
+        default=None, description="What Spark refused (null: the analysis passed; clears it)."
+    )
+    output_schema: Text | None = Field(
+        default=None,
+        description="The output stream's columns as Spark analysed them (Spark DDL); null "
+        "keeps the one recorded.",
     )
 
 
@@ -90,3 +182,15 @@ class TaskRead(BaseModel):
     fragment: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
     inputs: list[TaskInputRead] = Field(default_factory=list)
+    work: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Your own work as recorded (source, sql, python with distribution and "
+        "distribution_version, watermark, schema, sink); empty for a catalogue fragment.",
+    )
+    synthetic: bool = Field(default=False, description="A declared load: nothing runs.")
+    output_schema: str | None = Field(
+        default=None, description="The output stream's columns as Spark DDL (null: not known)."
+    )
+    analysis_error: str | None = Field(
+        default=None, description="What the owner's agent's Spark analysis found wrong."
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import select
@@ -17,13 +18,16 @@ from app.movements import repository as movements_repo
 from app.participants import repository as participants
 from app.tasks import repository
 from app.tasks.catalogue import (
+    CATALOGUE,
+    STREAM_SCHEMAS,
     FragmentError,
     Upstream,
     served_where_it_runs,
-    validate_fragment,
 )
+from app.tasks.definition import TaskDefinition, define_task, event_time
 from app.tasks.naming import naming_error
-from app.tasks.schemas import TaskCreate, TaskInputRead, TaskRead, TaskUpdate
+from app.tasks.schemas import AnalysisReport, TaskCreate, TaskInputRead, TaskRead, TaskUpdate
+from app.tasks.work import parse_ddl
 
 
 def to_read(session: Session, tasks: list[Task]) -> list[TaskRead]:
@@ -32,8 +36,8 @@ def to_read(session: Session, tasks: list[Task]) -> list[TaskRead]:
     )
     # Where each input's stream is served (catalogue.served_where_it_runs).
     served = {
-        name: host if served_where_it_runs(fragment) else owner
-        for name, (fragment, owner, host) in inputs.items()
+        name: row.host_id if served_where_it_runs(row.fragment) else row.owner_id
+        for name, row in inputs.items()
     }
     names = participants.names_by_id(
         session, [t.owner_id for t in tasks] + [t.host_id for t in tasks] + list(served.values())
@@ -56,14 +60,26 @@ def to_read(session: Session, tasks: list[Task]) -> list[TaskRead]:
             inputs=[
                 _input_read(str(i["task"]), inputs, served, names, copies) for i in t.inputs or []
             ],
+            work=dict(t.work or {}),
+            synthetic=t.synthetic,
+            output_schema=_output_schema(t.fragment, t.output_schema),
+            analysis_error=t.analysis_error,
         )
         for t in tasks
     ]
 
 
+def _output_schema(fragment: str | None, stored: str | None) -> str | None:
+    # Catalogue tasks declared before output schemas were recorded carry their kind's.
+    if stored is not None:
+        return stored
+    kind = CATALOGUE.get(fragment or "")
+    return None if kind is None else STREAM_SCHEMAS[kind.writes]
+
+
 def _input_read(
     task: str,
-    inputs: dict[str, tuple[str | None, int, int]],
+    inputs: dict[str, repository.InputRow],
     served: dict[str, int],
     names: dict[int, str],
     copies: dict[str, list[str]],
@@ -71,30 +87,39 @@ def _input_read(
     found = inputs.get(task)
     return TaskInputRead(
         task=task,
-        fragment=None if found is None else found[0],
+        fragment=None if found is None else found.fragment,
+        columns=None if found is None else _output_schema(found.fragment, found.output_schema),
+        event_time=event_time({} if found is None else found.work),
         served_by=None if task not in served else names[served[task]],
         active_copies=copies.get(task, []),
     )
 
 
-def _checked_fragment(session: Session, data: TaskCreate, owner: Principal) -> dict[str, Any]:
-    """The fragment's parameters with defaults, once kind, parameters and inputs are valid."""
-
+def _upstream(session: Session) -> Callable[[str], Upstream | None]:
     def upstream(name: str) -> Upstream | None:
         found = repository.get_by_name(session, name)
         if found is None:
             return None
         owner_name = participants.names_by_id(session, [found.owner_id])[found.owner_id]
-        return Upstream(name=found.name, owner=owner_name, fragment=found.fragment)
+        return Upstream(
+            name=found.name,
+            owner=owner_name,
+            fragment=found.fragment,
+            work=dict(found.work or {}),
+            output_schema=_output_schema(found.fragment, found.output_schema),
+        )
 
+    return upstream
+
+
+def _defined(session: Session, data: TaskCreate, owner: Principal) -> TaskDefinition:
+    """The task as the registry stores it, once every field is valid (app.tasks.definition).
+    A files source's directory is on the owner's host, which the registry cannot see: the
+    owner's agent reports it missing as the task's analysis_error."""
+    assert owner.name is not None
     try:
-        return validate_fragment(
-            data.fragment,
-            data.params,
-            [i.model_dump() for i in data.inputs],
-            task=data.name,
-            owner=owner.name,
-            upstream=upstream,
+        return define_task(
+            data.definition(), name=data.name, owner=owner.name, upstream=_upstream(session)
         )
     except FragmentError as exc:
         raise InvalidInput(exc.detail, field=exc.field) from exc
@@ -110,28 +135,74 @@ def declare(session: Session, principal: Principal, data: TaskCreate) -> Task:
         raise InvalidInput(wrong, field="name")
     if repository.get_by_name(session, data.name) is not None:
         raise Conflict(f"a task named {data.name!r} already exists", field="name")
-    params = _checked_fragment(session, data, principal)
+    defined = _defined(session, data, principal)
     task = Task(
         name=data.name,
         owner_id=principal.participant_id,
         host_id=principal.participant_id,
-        load=data.load,
-        fragment=data.fragment,
-        params=params,
-        inputs=[i.model_dump() for i in data.inputs],
+        load=defined.load,
+        fragment=defined.fragment,
+        params=dict(defined.params),
+        inputs=[{"task": name} for name in defined.inputs],
+        work=defined.work.to_json(),
+        synthetic=defined.synthetic,
+        output_schema=defined.output_ddl,
     )
     session.add(task)
     session.flush()
-    detail: dict[str, Any] = {"name": task.name, "load": task.load}
-    if task.fragment is not None:
-        detail.update(fragment=task.fragment, params=params, inputs=task.inputs)
     audit.record(
         session,
         actor=principal.actor,
         action="task.created",
         entity_type="task",
         entity_id=task.id,
-        detail=detail,
+        detail=created_detail(task),
+    )
+    return task
+
+
+def created_detail(task: Task) -> dict[str, Any]:
+    """What the audit log keeps of a new task (the API's and a file's alike)."""
+    detail: dict[str, Any] = {"name": task.name, "load": task.load}
+    if task.fragment is not None:
+        detail.update(fragment=task.fragment, params=task.params, inputs=task.inputs)
+    if task.work:
+        detail.update(work=task.work, inputs=task.inputs, output_schema=task.output_schema)
+    return detail
+
+
+def report_analysis(
+    session: Session, principal: Principal, name: str, report: AnalysisReport
+) -> Task:
+    """The owner's agent's Spark analysis of the task's work: an error (None clears the one
+    recorded) and, when given, the output schema Spark found. Only the owner (its agent)
+    reports; anyone else who can see the task gets 403, others 404."""
+    task = get_visible(session, principal, name)
+    if principal.participant_id != task.owner_id:
+        raise Forbidden("only the task's owner (its agent) reports its analysis", field="name")
+    schema = None
+    if report.output_schema is not None:
+        try:
+            schema = parse_ddl(report.output_schema, ("output_schema",)).ddl()
+        except FragmentError as exc:
+            raise InvalidInput(exc.detail, field=exc.field) from exc
+    changed: dict[str, Any] = {}
+    if task.analysis_error != report.error:
+        changed["analysis_error"] = report.error
+    if schema is not None and task.output_schema != schema:
+        changed["output_schema"] = schema
+    if not changed:
+        return task
+    for key, value in changed.items():
+        setattr(task, key, value)
+    session.flush()
+    audit.record(
+        session,
+        actor=principal.actor,
+        action="task.analysed",
+        entity_type="task",
+        entity_id=task.id,
+        detail={"name": task.name, **changed},
     )
     return task
 

@@ -53,7 +53,14 @@ def test_a_source_and_its_readers_are_recorded_with_defaults(abc: Api, db_url: s
     assert q01["params"] == {"window_seconds": 10, "threshold": 40}
     # Each input says what its stream carries (the fragment its task runs) and who serves it.
     assert q01["inputs"] == [
-        {"task": "A.conns", "fragment": "generator", "served_by": "A", "active_copies": []}
+        {
+            "task": "A.conns",
+            "fragment": "generator",
+            "schema": "src_ip STRING, dst_ip STRING, dst_port INT, stime TIMESTAMP",
+            "event_time": "stime",
+            "served_by": "A",
+            "active_copies": [],
+        }
     ]
     assert abc.get("A", "/v1/tasks/A.q01").json() == q01
     listed = {t["name"]: t for t in abc.get("A", "/v1/tasks").json()}
