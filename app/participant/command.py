@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import random
+import re
 import signal
 import threading
 import time
@@ -30,6 +31,12 @@ import typer
 from app.cli_errors import ensure_free_port
 from app.parent_watch import wanted, watch_parent
 from app.participant.client import ApiError, FedloadClient
+from app.participant.distributions import (
+    FRAGMENTS_ENV,
+    OWN_DISTRIBUTION,
+    allowed_distributions,
+    parse_list,
+)
 from app.participant.heartbeat import ServiceHeartbeats
 from app.participant.ports import Host, MovementRecord, Mover, NoHost, Received
 
@@ -84,6 +91,9 @@ class AgentOptions:
     hysteresis: float = 0.01
     ticks: int = 0
     accept_fragments: frozenset[str] | None = None  # None: any catalogue fragment
+    # The Python distributions whose fragments this agent runs (``--fragments``): fedload's
+    # own and these. Advertised in its heartbeats; offers of others' fragments are declined.
+    fragments: frozenset[str] = frozenset()
     events: Path | None = None
     # TLS on the Flight endpoint (PEM files): this agent's certificate and key, and the
     # authority that signed the partners' certificates (None: plain grpc://).
@@ -180,6 +190,9 @@ def run_agent(options: AgentOptions, make_host: HostFactory) -> int:
         spec = options.cost_model or me.get("cost_model") or {"kind": "mm1"}
         decisions = BpmDecisions.for_model(spec, float(me["capacity"]), options.hysteresis)
         options.data_dir.mkdir(parents=True, exist_ok=True)
+        allowed = allowed_distributions(options.fragments)
+        # The host reads it there, whichever factory built it (``spark_jobs.fragments.work``).
+        os.environ[FRAGMENTS_ENV] = ",".join(sorted(allowed))
         host, mover = make_host(AgentContext(options, client))
         events = options.events or options.data_dir / "events.jsonl"
         # Heartbeats from a process of the agent's own: a long tick never silences them.
@@ -198,6 +211,7 @@ def run_agent(options: AgentOptions, make_host: HostFactory) -> int:
                 accept_fragments=options.accept_fragments,
                 # A data plane that keeps replicas real offers it (the Spark host does).
                 availability=getattr(host, "availability", None),
+                fragments=allowed,
             )
             _loop(node, client, options, stop, beats)
         except HostFailure as error:
@@ -260,6 +274,17 @@ def _record(events: Path, move: MoveEvent) -> None:
     )
 
 
+def _distributions(given: list[str]) -> frozenset[str]:
+    """``--fragments`` as given (each may be a comma list), else FEDLOAD_FRAGMENTS."""
+    names = [name for value in given for name in parse_list(value)]
+    if not given:
+        names = parse_list(os.environ.get(FRAGMENTS_ENV))
+    for name in names:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+            raise typer.BadParameter(f"{name!r} is no distribution name", param_hint="--fragments")
+    return allowed_distributions(names)
+
+
 def _key_values(pairs: list[str]) -> dict[str, str]:
     out = {}
     for pair in pairs:
@@ -316,6 +341,15 @@ def agent_command(host_factory: Callable[[], HostFactory]) -> Callable[..., None
         ),
         accept: list[str] = typer.Option(
             [], "--accept", help="Catalogue fragments this participant runs (default: all)."
+        ),
+        fragments: list[str] = typer.Option(
+            [],
+            "--fragments",
+            help="A Python distribution whose fragments this agent may run (repeatable, or "
+            f"comma-separated; default: {FRAGMENTS_ENV}, a comma list). Each must be installed "
+            "here at the version a task registered. The agent advertises them in its "
+            "heartbeats, and partners offer it only tasks it can run. "
+            f"'{OWN_DISTRIBUTION}' is always allowed: its code already runs as this agent.",
         ),
         interval: float = typer.Option(1.0, help="Seconds between statistics (Borealis: 1 s)."),
         offer_interval: float = typer.Option(7.0, help="Seconds between offers (Borealis: 7 s)."),
@@ -423,6 +457,7 @@ def agent_command(host_factory: Callable[[], HostFactory]) -> Callable[..., None
             hysteresis=hysteresis,
             ticks=ticks,
             accept_fragments=frozenset(accept) if accept else None,
+            fragments=_distributions(fragments),
             tls_cert=tls_cert,
             tls_key=tls_key,
             tls_ca=tls_ca,

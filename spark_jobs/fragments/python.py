@@ -21,18 +21,20 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.metadata as metadata
-import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame
 
+from app.participant.distributions import (
+    OWN_DISTRIBUTION,
+    allowed_distributions,
+    canonical,
+    is_allowed,
+)
 from spark_jobs.fragments.sql import FragmentInput, input_frames, with_stime
 
 GROUP = "fedload.fragments"
-# The agent's own distribution: its code already runs in the agent, so allowing it adds nothing
-# an operator could refuse.
-OWN_DISTRIBUTION = "fedload"
 
 
 class FragmentRefused(PermissionError):
@@ -41,20 +43,6 @@ class FragmentRefused(PermissionError):
 
 class FragmentUnavailable(LookupError):
     """The fragment's distribution, module or function is not here as the task registered it."""
-
-
-def canonical(name: str) -> str:
-    """A distribution's name as packaging compares them (``My_Dist`` is ``my-dist``)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def allowed_distributions(given: Collection[str]) -> frozenset[str]:
-    """What an agent allows: the distributions its operator named, and always fedload."""
-    return frozenset({canonical(OWN_DISTRIBUTION), *(canonical(d) for d in given if d.strip())})
-
-
-def is_allowed(distribution: str, allowed: Collection[str]) -> bool:
-    return canonical(distribution) in {canonical(a) for a in allowed} | {OWN_DISTRIBUTION}
 
 
 @functools.cache
@@ -138,3 +126,17 @@ def python_fragment(
         return with_stime(output, [i.event_time for i in inputs])
 
     return build
+
+
+__all__ = [
+    "GROUP",
+    "OWN_DISTRIBUTION",
+    "FragmentRefused",
+    "FragmentUnavailable",
+    "allowed_distributions",
+    "canonical",
+    "entry_points",
+    "is_allowed",
+    "load_function",
+    "python_fragment",
+]

@@ -57,6 +57,7 @@ from app.participant.command import (
 )
 from app.participant.ports import Host, MovementRecord, Mover, Received, TaskRecord
 from spark_jobs.fragments import catalogue
+from spark_jobs.fragments.work import hosting_of
 from spark_jobs.generators import ConnectionGenerator, RateSchedule, bucket_of, split_buckets
 from spark_jobs.runtime import follow
 from spark_jobs.runtime.active import is_active_copy
@@ -560,7 +561,6 @@ class SparkParticipantHost:
         threading.Thread(target=publisher.run, name=f"source-{task.name}", daemon=True).start()
 
     def _spec(self, task: TaskRecord) -> FragmentSpec | None:
-        assert task.fragment is not None
         owner = self._endpoint(task.owner)
         if owner is None:
             return None
@@ -572,12 +572,23 @@ class SparkParticipantHost:
         ]
         if None in served:
             return None  # a serving partner has not reported its endpoint yet
-        input_kind = next((f for f in task.input_fragments if f), catalogue.GENERATOR)
+        if task.fragment is not None:
+            input_kind = next((f for f in task.input_fragments if f), catalogue.GENERATOR)
+            build = catalogue.build(task.fragment, task.params)
+            input_schema = catalogue.input_schema(input_kind)
+        else:
+            # SQL or Python: analysed on this host's Spark before it first runs here (not yet
+            # while Spark starts: nothing starts then), refused with the reason reported.
+            spark = self.runtime.spark if self.runtime.has_spark else None
+            own = hosting_of(self, self._client).fragment(task, spark)
+            if own is None:
+                return None
+            build, input_schema = own.build, own.input_schema
         copies = (*task.input_copies, *[()] * len(task.inputs))[: len(task.inputs)]
         return FragmentSpec(
             name=task.name,
-            build=catalogue.build(task.fragment, task.params),
-            input_schema=catalogue.input_schema(input_kind),
+            build=build,
+            input_schema=input_schema,
             inputs=tuple(
                 StreamRef(str(at), f"{name}.out", self._alternates(name, holders))
                 for name, at, holders in zip(task.inputs, served, copies, strict=True)
