@@ -13,6 +13,7 @@ from rich.table import Table
 
 from app.participant.command import HostFactory, agent_command
 from app.settings import get_settings
+from app.tail import tail
 from spark_jobs.whatif.command import whatif
 
 console = Console()
@@ -32,6 +33,7 @@ cli.add_typer(contracts_cli, name="contracts")
 cli.add_typer(participants_cli, name="participants")
 cli.add_typer(audit_cli, name="audit")
 cli.command("whatif")(whatif)
+cli.command("tail")(tail)
 
 
 def _spark_host() -> HostFactory:
