@@ -22,6 +22,7 @@ from app.models import Contract, ContractEvent, ContractStatus, Participant, Tas
 from app.movements.payments import accrue_task
 from app.participants import repository as participants_repo
 from app.tasks import repository as tasks_repo
+from app.tasks.service import created_detail
 
 
 @dataclass
@@ -167,15 +168,32 @@ def _history(session: Session, contract: Contract, action: str, actor: str) -> N
 
 
 def _task_fields(spec: TaskSpec, owner: Participant) -> dict[str, Any]:
-    """What a file sets on a task: its owner, declared load and fragment. The host is the
-    market's business once a task exists."""
+    """What a file sets on a task: its owner, declared load, fragment or own work. The host
+    is the market's business once a task exists."""
     return {
         "owner_id": owner.id,
         "load": spec.load,
         "fragment": spec.fragment,
         "params": dict(spec.params),
         "inputs": [{"task": name} for name in spec.inputs],
+        "work": dict(spec.work),
+        "synthetic": spec.synthetic,
+        "output_schema": spec.output_schema,
     }
+
+
+def _changed_fields(spec: TaskSpec, current: Task, fields: dict[str, Any]) -> dict[str, Any]:
+    """What applying the file again changes. Own work's load is measured by its host (the
+    file's is an initial estimate), and its output schema is Spark's once the owner's agent
+    analysed it: both stay unless the work itself changed, which asks for a new analysis."""
+    changed = {k: v for k, v in fields.items() if getattr(current, k) != v}
+    if spec.work:
+        changed.pop("load", None)
+        if "work" not in changed:
+            changed.pop("output_schema", None)
+        elif current.analysis_error is not None:
+            changed["analysis_error"] = None
+    return changed
 
 
 def _upsert_tasks(
@@ -194,19 +212,16 @@ def _upsert_tasks(
             session.add(task)
             session.flush()
             result.changes.append(f"task {spec.name}: created")
-            detail: dict[str, Any] = {"name": spec.name, "load": spec.load}
-            if spec.fragment is not None:
-                detail.update(fragment=spec.fragment, params=fields["params"], inputs=spec.inputs)
             audit.record(
                 session,
                 actor=actor,
                 action="task.created",
                 entity_type="task",
                 entity_id=task.id,
-                detail=detail,
+                detail=created_detail(task),
             )
             continue
-        changed = {k: v for k, v in fields.items() if getattr(current, k) != v}
+        changed = _changed_fields(spec, current, fields)
         if changed:
             if "load" in changed:
                 # Payments up to now are at the old load (as a load change through the API).

@@ -27,7 +27,8 @@ from app.limits import (
 )
 from app.market.cost_models import CostModelError, build_cost_model
 from app.resources import federation_schema_path
-from app.tasks.catalogue import FragmentError, Upstream, validate_fragment
+from app.tasks.catalogue import FragmentError, Upstream
+from app.tasks.definition import TaskDefinition, define_task, installed_distributions
 from app.tasks.naming import naming_error
 
 SCHEMA_PATH = federation_schema_path()  # in the checkout or inside the installed package
@@ -95,6 +96,11 @@ class TaskSpec:
     params: Mapping[str, Any] = field(default_factory=dict)
     inputs: tuple[str, ...] = ()
     replicas: int = 0
+    # Or the owner's own work (app.tasks.work.Work.to_json) and the schema of its output
+    # stream; synthetic: runs nothing (neither a fragment nor work), its load is declared.
+    work: Mapping[str, Any] = field(default_factory=dict)
+    synthetic: bool = False
+    output_schema: str | None = None
 
     @property
     def initial_host(self) -> str:
@@ -174,7 +180,10 @@ class _Locator:
         return FederationFileError(self.source, self.lines.get(probe), _field_name(path), detail)
 
 
-def load_federation(path: str | Path) -> FederationDoc:
+def load_federation(path: str | Path, *, check_paths: bool = False) -> FederationDoc:
+    """``check_paths``: the file is applied on the host whose disk its ``files`` sources
+    read (``fedload contracts apply``, on the operator's host): their directories must exist.
+    Elsewhere (a simulation, a test) the paths are only text."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -182,7 +191,7 @@ def load_federation(path: str | Path) -> FederationDoc:
         raise FederationFileError(
             str(path), None, "(file)", f"cannot read: {exc.strerror}"
         ) from exc
-    return parse_federation(text, source=str(path))
+    return parse_federation(text, source=str(path), check_paths=check_paths)
 
 
 def _expanded_nodes(node: yaml.Node, sizes: dict[int, int]) -> int:
@@ -207,7 +216,9 @@ def _expanded_nodes(node: yaml.Node, sizes: dict[int, int]) -> int:
     return total
 
 
-def parse_federation(text: str, *, source: str = "<memory>") -> FederationDoc:
+def parse_federation(
+    text: str, *, source: str = "<memory>", check_paths: bool = False
+) -> FederationDoc:
     if len(text) > MAX_FILE_CHARS:
         raise FederationFileError(
             source, None, "(file)", f"is {len(text)} characters; at most {MAX_FILE_CHARS} allowed"
@@ -236,7 +247,7 @@ def parse_federation(text: str, *, source: str = "<memory>") -> FederationDoc:
         raise where.error((), "a federation document must be a mapping at the top level")
     _check_values(data, where)
     _check_schema(data, where)
-    return _build(data, where, source)
+    return _build(data, where, source, check_paths)
 
 
 def _split_path(dotted: str) -> list[str | int]:
@@ -254,7 +265,13 @@ def _check_values(data: dict[str, Any], where: _Locator) -> None:
     if found is not None:
         dotted, what = found
         raise where.error(_split_path(dotted), what)
-    stored = [("participants", "profile"), ("participants", "cost_model"), ("tasks", "params")]
+    stored = [
+        ("participants", "profile"),
+        ("participants", "cost_model"),
+        ("tasks", "params"),
+        ("tasks", "source"),
+        ("tasks", "sink"),
+    ]
     for section, key in stored:
         for i, raw in enumerate(data.get(section) or []):
             value = raw.get(key) if isinstance(raw, dict) else None
@@ -310,7 +327,9 @@ def _parse_time(value: str | None, where: _Locator, path: list[str | int]) -> da
     return parsed
 
 
-def _build(data: dict[str, Any], where: _Locator, source: str) -> FederationDoc:
+def _build(
+    data: dict[str, Any], where: _Locator, source: str, check_paths: bool = False
+) -> FederationDoc:
     participants: list[ParticipantSpec] = []
     seen: set[str] = set()
     for i, raw in enumerate(data["participants"]):
@@ -391,39 +410,7 @@ def _build(data: dict[str, Any], where: _Locator, source: str) -> FederationDoc:
         if "host" in raw:
             known(raw["host"], ["tasks", i, "host"])
     task_names = set(by_task)
-
-    def upstream(name: str) -> Upstream | None:
-        # Inputs name tasks of this document (earlier or later in it).
-        found = by_task.get(name)
-        if found is None:
-            return None
-        return Upstream(name=name, owner=found["owner"], fragment=found.get("fragment"))
-
-    tasks: list[TaskSpec] = []
-    for i, raw in enumerate(raw_tasks):
-        try:
-            params = validate_fragment(
-                raw.get("fragment"),
-                raw.get("params"),
-                raw.get("inputs"),
-                task=raw["name"],
-                owner=raw["owner"],
-                upstream=upstream,
-            )
-        except FragmentError as exc:
-            raise where.error(["tasks", i, *exc.path], exc.detail) from exc
-        tasks.append(
-            TaskSpec(
-                name=raw["name"],
-                owner=raw["owner"],
-                load=float(raw["load"]),
-                host=raw.get("host"),
-                fragment=raw.get("fragment"),
-                params=params,
-                inputs=tuple(str(x["task"]) for x in raw.get("inputs", [])),
-                replicas=int(raw.get("replicas", 0)),
-            )
-        )
+    tasks = _tasks(raw_tasks, where, check_paths)
 
     needs = {
         "scale_load": ("participant", "factor"),
@@ -453,6 +440,69 @@ def _build(data: dict[str, Any], where: _Locator, source: str) -> FederationDoc:
         simulation=SimulationSpec(**data.get("simulation", {})),
         source=source,
     )
+
+
+def _tasks(raw_tasks: list[dict[str, Any]], where: _Locator, check_paths: bool) -> list[TaskSpec]:
+    """Each task checked by the registry's own rule (app.tasks.definition). Inputs name tasks
+    of this document, earlier or later in it: a task's inputs are defined before it (their
+    output schemas are what its SQL is checked against), and a cycle is an error."""
+    index = {raw["name"]: i for i, raw in enumerate(raw_tasks)}
+    defined: dict[str, TaskDefinition] = {}
+    visiting: set[str] = set()
+    distributions: dict[str, str] | None = None
+
+    def upstream(name: str) -> Upstream | None:
+        if name not in index:
+            return None
+        if name in visiting:
+            raise FragmentError(f"task {name!r} reads its own output through its inputs", ())
+        found = define(index[name])
+        raw = raw_tasks[index[name]]
+        return Upstream(name, raw["owner"], found.fragment, found.work.to_json(), found.output_ddl)
+
+    def define(i: int) -> TaskDefinition:
+        nonlocal distributions
+        raw = raw_tasks[i]
+        if raw["name"] in defined:
+            return defined[raw["name"]]
+        if raw.get("python") is not None and distributions is None:
+            distributions = installed_distributions()
+        visiting.add(raw["name"])
+        try:
+            found = define_task(
+                raw,
+                name=raw["name"],
+                owner=raw["owner"],
+                upstream=upstream,
+                distributions=distributions,
+                check_paths=check_paths,
+            )
+        except FragmentError as exc:
+            raise where.error(["tasks", i, *exc.path], exc.detail) from exc
+        finally:
+            visiting.discard(raw["name"])
+        defined[raw["name"]] = found
+        return found
+
+    specs: list[TaskSpec] = []
+    for i, raw in enumerate(raw_tasks):
+        found = define(i)
+        specs.append(
+            TaskSpec(
+                name=raw["name"],
+                owner=raw["owner"],
+                load=found.load,
+                host=raw.get("host"),
+                fragment=found.fragment,
+                params=dict(found.params),
+                inputs=found.inputs,
+                replicas=int(raw.get("replicas", 0)),
+                work=found.work.to_json(),
+                synthetic=found.synthetic,
+                output_schema=found.output_ddl,
+            )
+        )
+    return specs
 
 
 def contract_term(spec: ContractSpec, now: datetime) -> tuple[datetime, datetime]:

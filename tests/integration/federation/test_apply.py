@@ -96,7 +96,8 @@ def test_fragments_are_recorded_and_a_changed_fragment_updates_the_task(db_url: 
         result = apply_federation(session, parse_federation(changed), actor="file:demo")
         assert result.changes == [
             "task A.conns: updated ['params']",
-            "task A.q02: updated ['fragment', 'inputs', 'params']",
+            # Running nothing now, it is a declared load: synthetic, with no output stream.
+            "task A.q02: updated ['fragment', 'inputs', 'output_schema', 'params', 'synthetic']",
         ]
         conns = session.scalar(select(Task).where(Task.name == "A.conns"))
         q02 = session.scalar(select(Task).where(Task.name == "A.q02"))
