@@ -72,7 +72,9 @@ def contracts_apply(
     from app.federation.apply import apply_federation
     from app.federation.document import load_federation
 
-    doc = load_federation(file)  # a FederationFileError is one line, exit 2 (app/cli_errors.py)
+    # Applied on the operator's host, which sees the files sources' directories; a
+    # FederationFileError is one line, exit 2 (app/cli_errors.py).
+    doc = load_federation(file, check_paths=True)
     url = get_settings().database_url
     if migrate:
         upgrade(url)
