@@ -87,6 +87,7 @@ from spark_jobs.runtime.warm import (
     warm_relocate,
 )
 from spark_jobs.session import build_session, is_local
+from spark_jobs.sinks.writer import SinkWriters
 
 log = logging.getLogger("fedload.agent.host")
 
@@ -261,6 +262,8 @@ class SparkParticipantHost:
         # Crash recovery: standbys shipped, upstream backups kept, failovers made (the node
         # finds it here, see command.run_agent).
         self.availability = AgentFailover(self)
+        # The sinks of the tasks this participant owns, written here from their output logs.
+        self.sinks = SinkWriters(self.server.log, self._data_dir)
 
     @property
     def endpoint(self) -> str:
@@ -320,6 +323,7 @@ class SparkParticipantHost:
         for task in tasks:
             if task.owner == self.name and task.real:
                 self._declare(task.output_stream)
+        self.sinks.sync(self.name, tasks)
         for task in tasks:
             if task.host != self.name or not task.real:
                 continue
@@ -344,6 +348,7 @@ class SparkParticipantHost:
 
     def close(self) -> None:
         self.availability.close()
+        self.sinks.close()
         with self._lock:
             for publisher in self._publishers.values():
                 publisher.stopped.set()
