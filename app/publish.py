@@ -386,10 +386,11 @@ def publish_file(
     key: str,
     batch_id: int | None = None,
     bucket_seconds: float = DEFAULT_BUCKET_SECONDS,
+    client: Any = None,
 ) -> Published:
-    """Publish FILE's rows into TASK's log (see ``Publisher``)."""
+    """Publish FILE's rows into TASK's log (see ``Publisher``; ``client`` as there)."""
     table = read_file(file)
-    with Publisher(api, key, task, bucket_seconds=bucket_seconds) as publisher:
+    with Publisher(api, key, task, bucket_seconds=bucket_seconds, client=client) as publisher:
         return publisher.publish(table, batch_id=batch_id)
 
 
