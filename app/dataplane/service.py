@@ -256,9 +256,10 @@ def _stream_serving(session: Session, me: int, grant: tokens.Grant) -> str:
     writers = {producer.owner_id, producer.host_id, *_prepared_targets(session, producer.id)}
     # Only the producer's owner's fragments can read it (catalogue.validate_fragment: an input
     # is another task of the same owner), so the owner index narrows the search to those
-    # instead of every task in the registry; the JSON inputs are read for them alone.
+    # instead of every task in the registry; the JSON inputs are read for them alone. A reader
+    # runs a catalogue fragment or its own work: any task but a synthetic one.
     candidates = select(Task).where(
-        Task.owner_id == producer.owner_id, Task.id != producer.id, Task.fragment.is_not(None)
+        Task.owner_id == producer.owner_id, Task.id != producer.id, Task.synthetic.is_(False)
     )
     consumers = [
         task for task in session.scalars(candidates) if producer.name in _input_names(task)

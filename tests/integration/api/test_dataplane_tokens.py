@@ -143,7 +143,14 @@ def test_a_source_running_at_a_partner_is_served_there_and_readers_are_told_so(
     assert (got, answer.get("serving")) == (200, "A")
     inputs = api.get("A", "/v1/tasks/A.x").json()["inputs"]
     assert inputs == [
-        {"task": "A.src", "fragment": "generator", "served_by": "C", "active_copies": []}
+        {
+            "task": "A.src",
+            "fragment": "generator",
+            "schema": "src_ip STRING, dst_ip STRING, dst_port INT, stime TIMESTAMP",
+            "event_time": "stime",
+            "served_by": "C",
+            "active_copies": [],
+        }
     ]
 
 
@@ -344,6 +351,8 @@ def test_a_consumer_learns_its_inputs_active_copies_and_may_read_their_logs(
         {
             "task": "A.p",
             "fragment": "distinct_ports_per_source",
+            "schema": "stime TIMESTAMP, window_start TIMESTAMP, src_ip STRING, ports INT",
+            "event_time": "stime",
             "served_by": "A",
             "active_copies": [],
         }
