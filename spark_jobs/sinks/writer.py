@@ -89,7 +89,7 @@ class Sink(Protocol):
 
 class Progress:
     """The next bucket a task's sink writes, in a small JSON file (with the sink it is for: a
-    task given another sink starts that one from the log's beginning)."""
+    task given another sink starts that one from what the log still holds for the writer)."""
 
     def __init__(self, path: Path, sink: Mapping[str, Any]) -> None:
         self.path = path
@@ -256,7 +256,10 @@ class SinkWriters:
 
     def sync(self, me: str, tasks: Sequence[TaskRecord]) -> None:
         """Run a writer for each task ``me`` owns with a sink (its log declared already), stop
-        the others. A writer whose sink cannot be built is tried again at the next tick."""
+        the others. A writer whose sink cannot be built is tried again at the next tick.
+
+        A stopped writer's position stays in the log (a log never moves a consumer back): a
+        writer started again, for the same sink or another, goes on from there."""
         wanted: dict[str, tuple[TaskRecord, SinkSpec]] = {}
         for task in tasks:
             spec = sink_of(task) if task.owner == me else None

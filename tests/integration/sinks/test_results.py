@@ -109,10 +109,13 @@ def test_rows_are_the_final_buckets_stable_rows_read_with_the_owners_key(world: 
     log.append(STREAM, rows((2.5, "open")), batch_id=1)  # bucket 2 is not final yet
     with Results(world.url, world.keys["A"]) as results:
         found = list(results.rows(TASK))
+        # No active copy: a primary writes stable rows only, and says so when asked.
+        kinds = [r["kind"] for r in results.rows(TASK, tentative=True)]
     assert found == [
         {"stime": stamp(0.5), "src": "x", "n": 5},
         {"stime": stamp(1.5), "src": "y", "n": 15},
     ]
+    assert kinds == ["STABLE", "STABLE"]
 
 
 def test_a_stranger_gets_no_token(world: World) -> None:
