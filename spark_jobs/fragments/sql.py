@@ -48,10 +48,12 @@ from pyspark.sql.types import (
 from sqlglot import exp
 
 from app.tasks.catalogue import FragmentError
+from app.tasks.sql_check import WINDOW_FUNCTION, _rewrite_window
 from app.tasks.work import parse_ddl
 from spark_jobs.runtime.sunion import INPUT_COLUMN
 
 STIME = "stime"
+_WINDOW_CALL = re.compile(rf"\b{WINDOW_FUNCTION}\s*\(", re.IGNORECASE)
 NO_EVENT_TIME = "the output has no event time: select a window(...) or the event-time column"
 
 
@@ -196,8 +198,10 @@ def rewrite_tables(sql: str, names: Mapping[str, str]) -> str:
     its alias, so ``readings.temp`` still resolves; a CTE of the same name shadows the input.
     Raises FragmentAnalysisError unless ``sql`` is one query."""
     try:
-        statements = sqlglot.parse(sql, dialect="spark")
-    except sqlglot.errors.ParseError as error:
+        # sqlglot reads ``window`` as a WINDOW clause in GROUP BY; the registry's token-level
+        # rewrite makes the calls ``fedload_window(...)``, turned back after generating.
+        statements = sqlglot.parse(_rewrite_window(sql), dialect="spark")
+    except (sqlglot.errors.SqlglotError, FragmentError) as error:
         raise FragmentAnalysisError(f"the SQL does not parse: {error}") from error
     if len(statements) != 1 or not isinstance(statements[0], exp.Query):
         raise FragmentAnalysisError("a SQL fragment is one query (SELECT ...)")
@@ -211,7 +215,7 @@ def rewrite_tables(sql: str, names: Mapping[str, str]) -> str:
         alias = table.alias or table.name
         replacement = exp.Table(this=exp.to_identifier(lowered[name], quoted=True))
         table.replace(exp.alias_(replacement, exp.to_identifier(alias), table=True))
-    return tree.sql(dialect="spark")
+    return _WINDOW_CALL.sub("window(", tree.sql(dialect="spark"))
 
 
 def _is_window(kind: str) -> bool:

@@ -129,3 +129,13 @@ def test_merged_schema_refuses_one_column_with_two_types():
     b = FragmentInput("b", "v STRING, ts TIMESTAMP", "ts")
     with pytest.raises(FragmentAnalysisError, match="column v is double in one input"):
         merged_schema([a, b])
+
+
+def test_spark_window_calls_survive_the_rewrite():
+    sql = (
+        "SELECT window(ts, '4 seconds') AS window, count(*) AS n FROM readings "
+        "GROUP BY window(ts, '4 seconds')"
+    )
+    out = rewrite_tables(sql, VIEWS)
+    assert out.count("window(ts, '4 seconds')") == 2
+    assert "FROM `fedload_1_readings` AS readings" in out
