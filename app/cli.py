@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from app.participant.command import HostFactory, agent_command
+from app.publish import publish_command
 from app.settings import get_settings
 from app.tail import tail
 from spark_jobs.whatif.command import whatif
@@ -34,6 +35,7 @@ cli.add_typer(participants_cli, name="participants")
 cli.add_typer(audit_cli, name="audit")
 cli.command("whatif")(whatif)
 cli.command("tail")(tail)
+cli.command("publish")(publish_command)
 
 
 def _spark_host() -> HostFactory:

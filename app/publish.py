@@ -45,8 +45,9 @@ import pyarrow.flight as flight
 import typer
 
 from app.dataplane.tokens import APPEND, Grant
-from app.participant.client import FedloadClient
+from app.participant.client import ApiError, FedloadClient
 from app.tasks.work import STIME, SourceSpec, StreamSchema, Work
+from app.user_errors import UserError
 
 DEFAULT_BUCKET_SECONDS = 1.0
 _UNIT_SECONDS = {
@@ -362,6 +363,8 @@ def _flight_source(task: str, row: Mapping[str, Any]) -> SourceSpec:
 
 def read_file(path: Path) -> pa.Table:
     """A table from ``.parquet``, ``.csv`` or JSON lines (``.jsonl``, ``.json``)."""
+    if not path.is_file():
+        raise ValueError(f"{path} is no file")
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         import pyarrow.parquet as pq
@@ -420,9 +423,14 @@ def publish_command(
     bucket by bucket; rows whose bucket the log has closed already are counted as late and
     dropped.
     """
-    done = publish_file(
-        task, file, api=api, key=key, batch_id=batch_id, bucket_seconds=bucket_seconds
-    )
+    try:
+        done = publish_file(
+            task, file, api=api, key=key, batch_id=batch_id, bucket_seconds=bucket_seconds
+        )
+    except (SchemaMismatch, PublishError, ValueError, OSError) as error:
+        raise UserError(f"publish {task} {file}: {error}") from error
+    except ApiError as error:
+        raise UserError(f"publish {task}: the registry said {error}") from error
     state = "appended" if done.fresh else "already appended (same batch id): nothing changed"
     typer.echo(
         f"{task}: batch {done.batch_id} {state}: {done.rows} rows, {done.late} late rows "
