@@ -6,7 +6,8 @@ the registry's records and the host brings what runs here in line with them:
 
 - a fragment task this participant hosts runs as a streaming query, from its checkpoint under
   the data directory when it has one (a restarted agent resumes where it stopped);
-- a source task (the seeded generator) runs in its owner's agent and publishes to its output log;
+- a source task runs in its owner's agent and feeds its output log: the seeded generator, or a
+  directory of files, a NATS JetStream stream or Flight publishers (``spark_jobs.sources``);
 - the output log of every fragment task this participant owns lives on its endpoint, so the
   output stays put while the fragment moves;
 - a local copy of a task that the registry says is hosted elsewhere is dropped, except while a
@@ -56,6 +57,7 @@ from app.participant.command import (
     parse_address,
 )
 from app.participant.ports import Host, MovementRecord, Mover, Received, TaskRecord
+from spark_jobs import sources
 from spark_jobs.fragments import catalogue
 from spark_jobs.fragments.work import hosting_of
 from spark_jobs.generators import ConnectionGenerator, RateSchedule, bucket_of, split_buckets
@@ -245,7 +247,8 @@ class SparkParticipantHost:
         self._released: dict[str, int] = {}  # fragment -> the prepared movement it was released for
         self._receiving: set[str] = set()
         self._declared: set[str] = set()
-        self._publishers: dict[str, _Publisher] = {}
+        self._publishers: dict[str, sources.Runner] = {}
+        self._source_errors: dict[str, str] = {}
         self._endpoints: dict[str, str] = {}
         self._warming: threading.Thread | None = None
         self._pause = PausePoints(self._data_dir, os.environ.get(FAULT_PAUSE_ENV))
@@ -350,8 +353,7 @@ class SparkParticipantHost:
         self.availability.close()
         self.sinks.close()
         with self._lock:
-            for publisher in self._publishers.values():
-                publisher.stopped.set()
+            self._stop_publishers()
             for fragment in list(self._running_fragments()):
                 try:
                     self.runtime.stop(fragment)
@@ -549,21 +551,84 @@ class SparkParticipantHost:
             self._declared.add(stream)
 
     def _publish(self, task: TaskRecord) -> None:
+        """Run a source task here: the seeded generator (the legacy ``fragment: generator`` or
+        ``source: {kind: generator}``) as a ``_Publisher``, any other kind as its runner in
+        ``spark_jobs.sources``; each feeds the task's log on this endpoint."""
         if task.name in self._publishers:
             return
         # Served here, where it runs, also when its owner is a partner.
         self._declare(task.output_stream)
-        seconds = task.params.get("seconds")
-        publisher = _Publisher(
-            task.output_stream,
-            generator_of(task.params),
-            None if seconds is None else int(seconds),
-            self.endpoint,
-            threading.Event(),
-            bucket_seconds=self.bucket_seconds,
-        )
-        self._publishers[task.name] = publisher
-        threading.Thread(target=publisher.run, name=f"source-{task.name}", daemon=True).start()
+        source = sources.source_spec(task.work)
+        runner: sources.Runner
+        if source is None or source.kind == "generator":
+            params = task.params if source is None else source.options
+            seconds = params.get("seconds")
+            runner = _Publisher(
+                task.output_stream,
+                generator_of(params),
+                None if seconds is None else int(seconds),
+                self.endpoint,
+                threading.Event(),
+                bucket_seconds=self.bucket_seconds,
+            )
+        else:
+            if source.kind == "files" and not self.runtime.has_spark:
+                self.warm()  # never a JVM start inside a tick: the source starts once it is up
+                return
+            runner = sources.runner_for(
+                source,
+                sources.SourceContext(
+                    task=task.name,
+                    stream=task.output_stream,
+                    location=self.endpoint,
+                    bucket_seconds=self.bucket_seconds,
+                    state_dir=self._data_dir / "sources" / task.name,
+                    spark=lambda: self.runtime.spark,
+                    on_error=lambda message: self._source_failed(task.name, message),
+                ),
+            )
+        self._publishers[task.name] = runner
+        threading.Thread(
+            target=self._run_source,
+            args=(task.name, runner),
+            name=f"source-{task.name}",
+            daemon=True,
+        ).start()
+
+    def _run_source(self, task: str, runner: sources.Runner) -> None:
+        try:
+            runner.run()
+            failed = getattr(runner, "error", None) is not None
+        except Exception as error:
+            failed = True
+            self._source_failed(task, f"{type(error).__name__}: {error}")
+        if failed and not runner.stopped.is_set():
+            # A source that could not run (a directory missing, a crash) is tried again at a
+            # later tick; one that ended its work (a generator's seconds) stays done.
+            with self._lock:
+                if self._publishers.get(task) is runner:
+                    del self._publishers[task]
+
+    def _source_failed(self, task: str, message: str) -> None:
+        """A source that cannot run: said on the task (once per distinct message) and logged."""
+        if self._source_errors.get(task) == message:
+            return
+        self._source_errors[task] = message
+        self._note(message)
+        report = getattr(self._client, "report_analysis", None)
+        if callable(report):
+            try:
+                report(task, error=message, output_schema=None)
+            except Exception as error:  # the registry unreachable: the log has it meanwhile
+                log.warning("reporting %s's source error: %s", task, error)
+
+    def _stop_publishers(self) -> None:
+        for publisher in self._publishers.values():
+            publisher.stopped.set()
+        for publisher in self._publishers.values():
+            stop = getattr(publisher, "stop", None)
+            if callable(stop):
+                stop()
 
     def _spec(self, task: TaskRecord) -> FragmentSpec | None:
         owner = self._endpoint(task.owner)
