@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import TextIO
 
 import pyarrow.flight as flight
@@ -43,6 +44,12 @@ def tail(
         "http://127.0.0.1:8000", "--api", envvar=API_ENV, help="The registry's URL."
     ),
     key: str = typer.Option("", "--key", envvar=KEY_ENV, help="Your participant's API key."),
+    tls_ca: Path | None = typer.Option(
+        None,
+        "--tls-ca",
+        envvar="FEDLOAD_TLS_CA",
+        help="The authority of the agents' grpc+tls:// endpoints (PEM).",
+    ),
 ) -> None:
     """Print TASK's output as JSON lines, one row per line (timestamps ISO-8601).
 
@@ -50,7 +57,8 @@ def tail(
     token and the owner's endpoint come from the registry: no Flight token by hand."""
     if not key:
         raise typer.BadParameter(f"give --key or set {KEY_ENV}", param_hint="--key")
-    with Results(api, key) as results:
+    roots = tls_ca.read_bytes() if tls_ca is not None else None
+    with Results(api, key, tls_roots=roots) as results:
         # Ctrl-C ends a --follow: app.cli_errors ends it quietly (status 130).
         try:
             print_rows(

@@ -62,7 +62,7 @@ def final_rows(table: pa.Table, boundary: int) -> pd.DataFrame:
     return table.filter(pa.array(micros // 1_000_000 < boundary)).to_pandas()
 
 
-def writer(server: StreamServer, tmp_path: Path, **options: int) -> SinkWriter:
+def writer(server: StreamServer, tmp_path: Path, **options: float) -> SinkWriter:
     made = SinkWriter(
         server.log,
         TASK,
@@ -237,3 +237,28 @@ def test_the_agents_hook_runs_writers_for_owned_tasks_with_a_sink(
         assert writers.writers == {}
     finally:
         writers.close()
+
+
+def test_readers_see_whole_ranges_at_any_time(server: StreamServer, tmp_path: Path) -> None:
+    # Buckets 0..39, two rows each, written one range of one bucket at a time by the writer's
+    # thread while pandas and DuckDB read the directory over and over.
+    for bucket in range(40):
+        server.log.append(
+            STREAM,
+            rows((bucket + 0.1, f"a{bucket}"), (bucket + 0.6, f"b{bucket}")),
+            batch_id=bucket,
+        )
+    made = writer(server, tmp_path, max_buckets=1, poll_seconds=0.001)
+    directory = tmp_path / "out"
+    made.start()
+    try:
+        for boundary in range(1, 41):
+            server.log.advance(STREAM, boundary)
+            if not list(directory.glob("part-*.parquet")):
+                continue
+            assert len(read_pandas(directory)) % 2 == 0  # whole buckets only, never half a file
+            assert len(read_duckdb(directory)) % 2 == 0
+    finally:
+        made.stop()
+    drain(made)
+    assert len(read_duckdb(directory)) == 80
