@@ -62,14 +62,17 @@ def final_rows(table: pa.Table, boundary: int) -> pd.DataFrame:
     return table.filter(pa.array(micros // 1_000_000 < boundary)).to_pandas()
 
 
-def writer(server: StreamServer, tmp_path: Path, **options: float) -> SinkWriter:
+def writer(
+    server: StreamServer, tmp_path: Path, max_buckets: int = 60, poll_seconds: float = 0.2
+) -> SinkWriter:
     made = SinkWriter(
         server.log,
         TASK,
         STREAM,
         ParquetSink(tmp_path / "out"),
         Progress(tmp_path / "sinks" / f"{TASK}.json", SPEC),
-        **options,
+        max_buckets=max_buckets,
+        poll_seconds=poll_seconds,
     )
     made.hold()
     return made
