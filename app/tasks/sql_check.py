@@ -94,13 +94,15 @@ def _parse(sql: str) -> exp.Expr:
             f"a fragment is one SELECT statement, got {len(statements)} statements", _WHERE
         )
     tree = statements[0]
-    if isinstance(tree, exp.DDL | exp.DML | exp.Command | exp.Set | exp.Use):
-        raise FragmentError(f"a fragment is a SELECT query, not {tree.key.upper()}", _WHERE)
-    if not isinstance(tree, exp.Query):
+    if isinstance(tree, exp.Alias | exp.Condition):
+        # A bare expression: what a misspelt keyword (SELEC x) parses as.
         raise FragmentError(
             f"the query does not parse as Spark SQL: expected SELECT, got {sql.strip()[:40]!r}",
             _WHERE,
         )
+    if not isinstance(tree, exp.Query):
+        statement = sql.split(None, 1)[0].upper()
+        raise FragmentError(f"a fragment is a SELECT query, not {statement}", _WHERE)
     return tree
 
 
