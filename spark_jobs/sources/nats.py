@@ -145,7 +145,18 @@ class NatsSource:
         from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
         assert self.log is not None
-        connection = await nats.connect(self.url, connect_timeout=5, max_reconnect_attempts=-1)
+        async def quiet(error: Exception) -> None:
+            log.debug("%s: nats: %s", self.context.task, error)  # _failed says it once
+
+        # A few reconnects inside the client; past them the connection closes, the fetch
+        # fails and ``run`` connects again from the position, so an outage of any length ends.
+        connection = await nats.connect(
+            self.url,
+            connect_timeout=5,
+            max_reconnect_attempts=3,
+            reconnect_time_wait=1,
+            error_cb=quiet,
+        )
         try:
             js = connection.jetstream()
             subject = self.subject or await self._all_subjects(js)
