@@ -6,6 +6,7 @@ changes nothing; a republished batch is not appended twice; late rows are counte
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -131,3 +132,28 @@ def test_publish_a_parquet_file(server: StreamServer, tmp_path: Path) -> None:
     assert done.rows == 2 and done.boundary == FIRST + 4
     again = publish_file(TASK, path, api="http://unused", key="key", client=registry)
     assert again.fresh is False and server.log.info(STREAM)["rows"] == 2
+
+
+def test_with_idle_advance_the_agent_closes_buckets_by_the_wall_clock() -> None:
+    from app.tasks.work import SourceSpec, parse_ddl
+    from spark_jobs.sources import SourceContext, runner_for
+
+    plain = StreamServer()
+    try:
+        plain.log.declare(STREAM, 0.1)
+        spec = SourceSpec(
+            "flight", parse_ddl(SOURCE["schema"], ["s"]), "ts", {"idle_advance": True}
+        )
+        context = SourceContext(TASK, STREAM, plain.location, 0.1, Path("/nonexistent"))
+        runner = runner_for(spec, context)
+        thread = threading.Thread(target=runner.run, daemon=True)
+        thread.start()
+        deadline = time.time() + 10
+        while plain.log.info(STREAM)["boundary"] is None and time.time() < deadline:
+            time.sleep(0.05)
+        runner.stopped.set()
+        thread.join(5)
+        boundary = plain.log.info(STREAM)["boundary"]
+        assert boundary is not None and abs(boundary - time.time() / 0.1) < 20
+    finally:
+        plain.shutdown()

@@ -35,7 +35,10 @@ class Registry:
 @pytest.fixture
 def host(tmp_path: Path) -> Any:
     made = SparkParticipantHost(
-        "O", Registry(), tmp_path, spark=lambda: pytest.fail("no source here needs Spark")
+        "O",
+        Registry(),  # type: ignore[arg-type]  # a stand-in with only what sources ask
+        tmp_path,
+        spark=lambda: pytest.fail("no source here needs Spark"),
     )
     try:
         yield made
