@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -258,6 +259,8 @@ class Publisher:
         self._tls_roots, self._timeout = tls_roots, timeout
         self._flight: flight.FlightClient | None = None
         self._token: str | None = None
+        self._serving = ""
+        self._renew_at = 0.0
 
     def close(self) -> None:
         if self._flight is not None:
@@ -271,19 +274,28 @@ class Publisher:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _connect(self) -> flight.FlightClient:
-        if self._flight is None:
+    def _issue(self) -> str:
+        """A token to append to the stream (and read its info): asked of the registry, kept
+        until half its life is gone, so a long-lived publisher never sends an expired one."""
+        now = time.time()
+        if self._token is None or now >= self._renew_at:
             issued = self._registry.dataplane_token(
                 Grant(frozenset({APPEND}), stream=self.stream).to_json()
             )
-            serving = str(issued["serving"])
-            location = self._registry.endpoint(serving)
+            expires = datetime.fromisoformat(str(issued["expires_at"]).replace("Z", "+00:00"))
+            self._token, self._serving = str(issued["token"]), str(issued["serving"])
+            self._renew_at = now + max(0.0, expires.timestamp() - now) / 2
+        return self._token
+
+    def _connect(self) -> flight.FlightClient:
+        if self._flight is None:
+            self._issue()
+            location = self._registry.endpoint(self._serving)
             if location is None:
                 raise PublishError(
-                    f"{serving}, which serves {self.stream}, has reported no endpoint yet: is "
-                    "its agent running?"
+                    f"{self._serving}, which serves {self.stream}, has reported no endpoint "
+                    "yet: is its agent running?"
                 )
-            self._token = str(issued["token"])
             extra = {"tls_root_certs": self._tls_roots} if self._tls_roots else {}
             self._flight = flight.FlightClient(location, **extra)
             info = self._info()
@@ -296,7 +308,7 @@ class Publisher:
         return self._flight
 
     def _options(self) -> flight.FlightCallOptions:
-        headers = [(b"authorization", f"Bearer {self._token}".encode())]
+        headers = [(b"authorization", f"Bearer {self._issue()}".encode())]
         return flight.FlightCallOptions(timeout=self._timeout, headers=headers)
 
     def _info(self) -> dict[str, Any]:
