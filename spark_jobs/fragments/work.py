@@ -158,9 +158,14 @@ class WorkHosting:
     work (a tick builds every hosted fragment's spec), refused when the operator does not allow
     the distribution, and each outcome reported to the registry once."""
 
-    def __init__(self, client: object, allowed: Collection[str] | None = None) -> None:
+    def __init__(
+        self, client: object, allowed: Collection[str] | None = None, me: str | None = None
+    ) -> None:
+        """``me``: this participant; the registry takes a task's analysis from its owner only,
+        so a partner hosting the task logs what it found (None: report every task)."""
         self.allowed = allowed_distributions(allowed) if allowed is not None else None
         self._client = client
+        self._me = me
         self._lock = threading.Lock()
         self._done: dict[str, _Analysed] = {}
 
@@ -185,37 +190,37 @@ class WorkHosting:
             output = analyse(spark, fragment)
         except (FragmentAnalysisError, FragmentRefused, FragmentUnavailable) as error:
             log.warning("%s is not run here: %s", task.name, error)
-            self._record(task.name, _Analysed(key, None, str(error)), None)
+            self._record(task, _Analysed(key, None, str(error)), None)
             return None
-        self._record(task.name, _Analysed(key, fragment, None), schema_ddl(output))
+        self._record(task, _Analysed(key, fragment, None), schema_ddl(output))
         return fragment
 
     def error(self, task: str) -> str | None:
         done = self._done.get(task)
         return None if done is None else done.error
 
-    def _record(self, task: str, outcome: _Analysed, output_schema: str | None) -> None:
+    def _record(self, task: TaskRecord, outcome: _Analysed, output_schema: str | None) -> None:
         with self._lock:
-            self._done[task] = outcome
+            self._done[task.name] = outcome
         report = getattr(self._client, "report_analysis", None)
-        if report is None:
-            return  # a registry without the call: the agent's log says it
+        if report is None or (self._me is not None and task.owner != self._me):
+            return  # not ours to report (or a registry without the call): the log says it
         try:
-            report(task, error=outcome.error, output_schema=output_schema)
+            report(task.name, error=outcome.error, output_schema=output_schema)
         except Exception as error:  # the registry away: reported again at the next change
-            log.warning("%s: could not report its analysis: %s", task, error)
+            log.warning("%s: could not report its analysis: %s", task.name, error)
 
 
 _HOSTINGS: weakref.WeakKeyDictionary[object, WorkHosting] = weakref.WeakKeyDictionary()
 
 
-def hosting_of(host: object, client: object) -> WorkHosting:
-    """The ``WorkHosting`` of one agent's host, made at its first SQL or Python task with the
-    distributions FEDLOAD_FRAGMENTS allows (``fedload agent --fragments`` sets it)."""
+def hosting_of(host: object, client: object, me: str) -> WorkHosting:
+    """The ``WorkHosting`` of participant ``me``'s host, made at its first SQL or Python task
+    with the distributions FEDLOAD_FRAGMENTS allows (``fedload agent --fragments`` sets it)."""
     with _HOSTINGS_LOCK:
         hosting = _HOSTINGS.get(host)
         if hosting is None:
-            hosting = _HOSTINGS[host] = WorkHosting(client)
+            hosting = _HOSTINGS[host] = WorkHosting(client, me=me)
         return hosting
 
 

@@ -650,7 +650,7 @@ class SparkParticipantHost:
             # SQL or Python: analysed on this host's Spark before it first runs here (not yet
             # while Spark starts: nothing starts then), refused with the reason reported.
             spark = self.runtime.spark if self.runtime.has_spark else None
-            own = hosting_of(self, self._client).fragment(task, spark)
+            own = hosting_of(self, self._client, self.name).fragment(task, spark)
             if own is None:
                 return None
             build, input_schema = own.build, own.input_schema

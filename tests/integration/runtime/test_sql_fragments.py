@@ -210,3 +210,12 @@ def test_a_query_that_analyses_reports_its_output_schema(spark):
             },
         )
     ]
+
+
+def test_a_partner_hosting_the_task_refuses_it_without_reporting(spark):
+    """The registry takes a task's analysis from its owner only: a partner's host logs it."""
+    reports = Reports()
+    hosting = WorkHosting(reports, [], me="B")
+    assert hosting.fragment(sql_task("SELECT humidity, ts FROM readings"), spark) is None
+    assert reports.calls == []
+    assert "UNRESOLVED_COLUMN" in (hosting.error("A.avg") or "")
