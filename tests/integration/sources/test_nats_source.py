@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from app.tasks.work import SourceSpec, parse_ddl
@@ -140,3 +141,43 @@ def test_messages_reach_the_log_and_a_restart_resumes_at_the_sequence(
         thread.join(30)
     finally:
         fresh.shutdown()
+
+
+@pytest.mark.timeout(120)
+def test_a_sunion_reader_downstream_releases_the_buckets_the_source_closed(
+    jetstream: str, server: StreamServer, tmp_path: Path
+) -> None:
+    from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
+
+    from spark_jobs.runtime.sunion import SUnionReader
+
+    rows = [("x", 200, 1.0), ("y", 1500, 2.0), ("z", 4100, 3.0)]
+    last = publish(f"{jetstream}.readings", rows)
+    source, thread = start(server, jetstream, tmp_path / "state")
+    wait_for(lambda: source.position == last + 1, "the messages")
+    schema = StructType(
+        [
+            StructField("station", StringType()),
+            StructField("ts", TimestampType()),
+            StructField("temp", DoubleType()),
+            StructField("stime", TimestampType()),
+        ]
+    )
+    options = {
+        "inputs": json.dumps([{"location": server.location, "stream": STREAM}]),
+        "consumer": "downstream",
+        "start_bucket": str(FIRST),
+    }
+    reader = SUnionReader(options, schema)
+    try:
+        start_at = reader.initialOffset()
+        end = reader.latestOffset(start_at, None)
+        assert end == {"bucket": FIRST + 4}, "released up to the source's boundary"
+        got = pa.Table.from_batches(
+            [b for part in reader.partitions(start_at, end) for b in reader.read(part)]
+        )
+        assert sorted(got.column("station").to_pylist()) == ["x", "y"]
+    finally:
+        reader.stop()
+        source.stop()
+        thread.join(30)
