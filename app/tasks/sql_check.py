@@ -84,7 +84,7 @@ def check_sql(sql: str, inputs: Mapping[str, StreamSchema | None]) -> SqlAnalysi
 
 def _parse(sql: str) -> exp.Expr:
     try:
-        statements = [s for s in sqlglot.parse(_rewrite_window(sql), read="spark") if s]
+        statements = [s for s in sqlglot.parse(rewrite_window(sql), read="spark") if s]
     except SqlglotError as exc:
         raise FragmentError(
             f"the query does not parse as Spark SQL: {_first_line(exc)}", _WHERE
@@ -110,7 +110,7 @@ def _first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
-def _rewrite_window(sql: str) -> str:
+def rewrite_window(sql: str) -> str:
     """``window(`` -> ``fedload_window(``, a bare ``window`` column -> ```window```; other
     uses of the keyword (a WINDOW clause) stay as written."""
     try:
@@ -142,6 +142,10 @@ def _rewrite_window(sql: str) -> str:
         last = token.end + 1
     out.append(sql[last:])
     return "".join(out)
+
+
+# The name spark_jobs.fragments.sql imported first; the same function.
+_rewrite_window = rewrite_window
 
 
 def _is_window(node: exp.Expr) -> bool:
