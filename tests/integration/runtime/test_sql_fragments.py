@@ -3,6 +3,8 @@ compared with the same rows computed by pandas; and their analysis on Spark befo
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -219,3 +221,55 @@ def test_a_partner_hosting_the_task_refuses_it_without_reporting(spark):
     assert hosting.fragment(sql_task("SELECT humidity, ts FROM readings"), spark) is None
     assert reports.calls == []
     assert "UNRESOLVED_COLUMN" in (hosting.error("A.avg") or "")
+
+
+def test_a_fragments_output_feeds_the_next_sql_fragment_with_its_window_and_stime(
+    servers, make_runtime
+):
+    """The output log (a window struct, stime its end) is the next fragment's input as the
+    reported DDL describes it; that fragment sees stime, its input's event time."""
+    source, home = servers["source"], servers["home"]
+    declare(home, "out", "busy").close()
+    first = [FragmentInput("readings", READINGS, "ts")]
+    avg = spec_of(
+        "avg", sql_fragment(WINDOWED, first, "0 seconds"), first, [(source, "readings")], home
+    )
+    reported = (
+        "window struct<start:timestamp,end:timestamp>, station string, n bigint, "
+        "avg_temp double, stime timestamp"
+    )
+    second = [FragmentInput("avg", reported)]
+    busy = dataclasses.replace(
+        spec_of(
+            "busy",
+            sql_fragment(
+                "SELECT window.start AS start, station, n, stime FROM avg WHERE n >= 10",
+                second,
+                None,
+            ),
+            second,
+            [(home, "out")],
+            home,
+        ),
+        output=StreamRef(home.location, "busy"),
+    )
+    with declare(source, "readings") as client:
+        publish(client, "readings", readings(13), BUCKET)
+    host = make_runtime("A")
+    host.start(avg, epoch=0).processAllAvailable()
+    # The output's BOUNDARY follows each batch (the runtime's progress listener): wait for it.
+    deadline = time.monotonic() + 30
+    while home.log.info("out")["boundary"] in (None, 0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # Read before the next fragment acknowledges (and so trims) them: the windows it may read,
+    # those in buckets the output's BOUNDARY closed.
+    closed = T0 + timedelta(seconds=home.log.info("out")["boundary"] - T0.timestamp())
+    windows = [w for w in home.log.table("out").to_pylist() if w["stime"] < closed]
+    host.start(busy, epoch=0).processAllAvailable()
+    host.stop("busy")
+    host.stop("avg")
+    expected = sorted(
+        (w["window"]["start"], w["station"], w["n"], w["stime"]) for w in windows if w["n"] >= 10
+    )
+    got = sorted(tuple(r.values()) for r in home.log.table("busy").to_pylist())
+    assert len(expected) >= 4 and got == expected
