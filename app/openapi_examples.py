@@ -117,7 +117,6 @@ EXAMPLES: dict[str, Example] = {
         "status": "active",
         "liveness": "online",
         "failed_at": None,
-        "fragments": ["netmon-fragments"],
     },
     "ParticipantEndpoint": {"name": "B", "endpoint": "grpc://10.0.0.2:7001", "liveness": "online"},
     "ParticipantStatus": "active",

@@ -45,12 +45,6 @@ class ParticipantPublic(BaseModel):
         description="When the registry declared the participant failed (a heartbeat window "
         "closed unanswered); null while it is a member in good standing.",
     )
-    fragments: list[str] | None = Field(
-        default=None,
-        description="The Python distributions whose fragments its agent may run, as its last "
-        "heartbeat said; a python fragment from any other is never offered to it (null: it "
-        "never said, so none).",
-    )
 
 
 class ParticipantRead(ParticipantPublic):
@@ -61,6 +55,12 @@ class ParticipantRead(ParticipantPublic):
     endpoint: str | None
     last_heartbeat_at: datetime | None
     created_at: datetime
+    fragments: list[str] | None = Field(
+        default=None,
+        description="The Python distributions whose fragments its agent may run, as its last "
+        "heartbeat said; a python fragment from any other is never offered to it (null: it "
+        "never said, so none).",
+    )
 
 
 class ParticipantEndpoint(BaseModel):

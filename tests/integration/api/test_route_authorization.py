@@ -272,6 +272,14 @@ ROUTES: dict[Route, Row] = {
         ("A", 200),
         wrong_partner=("C", 404),
     ),
+    # The owner's agent reports Spark's analysis; its host (C) and the admin see it but may not.
+    ("PUT", "/v1/tasks/{name}/analysis"): Row(
+        "its owner",
+        fixed("/v1/tasks/A.q2/analysis", {"error": None}),
+        ("A", 200),
+        wrong_partner=("C", 403),
+        admin=403,
+    ),
     ("GET", "/v1/tasks/{name}/lease"): Row(
         "its owner, its host and the admin",
         fixed("/v1/tasks/A.q2/lease"),
