@@ -41,10 +41,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("participants", schema=None) as batch_op:
-        batch_op.drop_column("fragments")
-    with op.batch_alter_table("tasks", schema=None) as batch_op:
-        batch_op.drop_column("analysis_error")
-        batch_op.drop_column("output_schema")
-        batch_op.drop_column("synthetic")
-        batch_op.drop_column("work")
+    # Dropped in place (SQLite 3.35+ and PostgreSQL alike), not by batch mode: rebuilding
+    # participants or tasks would drop tables that other rows still reference.
+    op.drop_column("participants", "fragments")
+    for column in ("analysis_error", "output_schema", "synthetic", "work"):
+        op.drop_column("tasks", column)
