@@ -48,7 +48,7 @@ from pyspark.sql.types import (
 from sqlglot import exp
 
 from app.tasks.catalogue import FragmentError
-from app.tasks.sql_check import WINDOW_FUNCTION, _rewrite_window
+from app.tasks.sql_check import WINDOW_FUNCTION, rewrite_window
 from app.tasks.work import parse_ddl
 from spark_jobs.runtime.sunion import INPUT_COLUMN
 
@@ -200,7 +200,7 @@ def rewrite_tables(sql: str, names: Mapping[str, str]) -> str:
     try:
         # sqlglot reads ``window`` as a WINDOW clause in GROUP BY; the registry's token-level
         # rewrite makes the calls ``fedload_window(...)``, turned back after generating.
-        statements = sqlglot.parse(_rewrite_window(sql), dialect="spark")
+        statements = sqlglot.parse(rewrite_window(sql), dialect="spark")
     except (sqlglot.errors.SqlglotError, FragmentError) as error:
         raise FragmentAnalysisError(f"the SQL does not parse: {error}") from error
     if len(statements) != 1 or not isinstance(statements[0], exp.Query):
