@@ -55,6 +55,14 @@ def check_sql(sql: str, inputs: Mapping[str, StreamSchema | None]) -> SqlAnalysi
     """Check ``sql`` against ``inputs`` (local name -> the input stream's schema; None: not
     known yet, its columns are left to Spark at the owner's agent). Raises
     :class:`FragmentError` at ``sql`` naming the table or column that is wrong."""
+    try:
+        return _checked(sql, inputs)
+    except RecursionError as exc:
+        # sqlglot parses and walks recursively: thousands of nested parentheses exhaust it.
+        raise FragmentError("the query nests too deeply to check", _WHERE) from exc
+
+
+def _checked(sql: str, inputs: Mapping[str, StreamSchema | None]) -> SqlAnalysis:
     tree = _parse(sql)
     tables = _check_tables(tree, inputs)
     known = {name: schema for name, schema in inputs.items() if schema is not None}

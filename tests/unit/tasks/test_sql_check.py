@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.tasks.catalogue import FragmentError
 from app.tasks.sql_check import check_sql
@@ -136,3 +138,23 @@ def test_an_input_of_unknown_schema_is_not_column_checked() -> None:
 )
 def test_bad_queries_are_refused_naming_what_is_wrong(sql: str, words: str) -> None:
     assert words in refused(sql)
+
+
+def test_a_deeply_nested_query_is_refused_not_crashed_on() -> None:
+    sql = "SELECT " + "(" * 3000 + "temp" + ")" * 3000 + " AS t FROM readings"
+    assert refused(sql) == "the query nests too deeply to check"
+
+
+_WORDS = "SELECT FROM readings sites WHERE GROUP BY ORDER window ( ) , . * '1 day' ` station ts"
+WORDS = st.sampled_from([*_WORDS.split(), "temp", "1", "AS", ";", "JOIN", "USING", "avg(temp)"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(WORDS, min_size=1, max_size=16).map(" ".join))
+def test_any_text_is_either_checked_or_refused_at_sql(sql: str) -> None:
+    try:
+        found = check_sql(sql, INPUTS)
+    except FragmentError as exc:
+        assert exc.field == "sql" and exc.detail
+    else:
+        assert set(found.tables) <= {"readings", "sites"}
