@@ -100,6 +100,11 @@ BUCKET_SECONDS = 1.0
 # At most this many seconds of input per batch, whatever the bucket (a catch-up after a cut
 # reads its backlog in batches of this much).
 BATCH_SECONDS = 20.0
+# A participant's own data is often not live: a directory of last month's files spans days of
+# event time, and twenty seconds of it a batch would take a batch per twenty seconds of history
+# (a day in 4,320 batches). Its rows per batch are bounded by its source instead (the files a
+# trigger reads, the messages a fetch takes).
+OWN_WORK_BATCH_SECONDS = 3600.0
 # The seeded generator's default rate, rows per second.
 NOMINAL_ROWS_PER_SECOND = 60.0
 # How long after a move the first batch at the new host is waited for (downtime), and where
@@ -370,14 +375,18 @@ class SparkParticipantHost:
         if not record.real:
             self._client.commit(movement.id, movement.epoch)
             return Received()
-        if self._accept is not None and record.fragment not in self._accept:
+        # --accept names catalogue fragments; a task of its owner's own work has none, and its
+        # Python distribution is checked when its spec is built.
+        refused = record.fragment is not None and record.fragment not in (self._accept or ())
+        if self._accept is not None and refused:
             abort_once(self._client, movement.id)
             raise PermissionError(f"{self.name} does not run {record.fragment} fragments")
         spec = self._spec(record)
         source = self._endpoint(movement.source)
         if spec is None or source is None:
             abort_once(self._client, movement.id)
-            raise RuntimeError(f"no endpoint known for {movement.source} or {record.owner}")
+            own = " (or its fragment cannot run here: see the log)" if record.work else ""
+            raise RuntimeError(f"no endpoint known for {movement.source} or {record.owner}{own}")
         with self._lock:
             self._receiving.add(record.name)
         began = time.perf_counter()
@@ -666,7 +675,10 @@ class SparkParticipantHost:
             output=StreamRef(owner, task.output_stream),
             bucket_seconds=self.bucket_seconds,
             trigger_seconds=0.5,
-            max_buckets_per_batch=round(BATCH_SECONDS / self.bucket_seconds),
+            max_buckets_per_batch=round(
+                (BATCH_SECONDS if task.fragment is not None else OWN_WORK_BATCH_SECONDS)
+                / self.bucket_seconds
+            ),
         )
 
     def _alternates(self, task: str, holders: tuple[str, ...]) -> tuple[StreamRef, ...]:
