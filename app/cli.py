@@ -63,6 +63,13 @@ def db_upgrade(
 def contracts_apply(
     file: Path = typer.Argument(..., help="Federation YAML file (see contracts/README.md)."),
     migrate: bool = typer.Option(True, help="Run migrations first."),
+    print_key: str | None = typer.Option(
+        None,
+        "--print-key",
+        metavar="PARTICIPANT",
+        help="Print only this new participant's API key on stdout (the rest goes to stderr), "
+        "for a script: A_KEY=$(fedload contracts apply FILE --print-key A).",
+    ),
 ) -> None:
     """Validate FILE and upsert its participants, contracts and tasks. Idempotent.
 
@@ -77,27 +84,45 @@ def contracts_apply(
     # Applied on the operator's host, which sees the files sources' directories; a
     # FederationFileError is one line, exit 2 (app/cli_errors.py).
     doc = load_federation(file, check_paths=True)
+    if print_key is not None and print_key not in {p.name for p in doc.participants}:
+        raise typer.BadParameter(
+            f"{file} has no participant {print_key!r}", param_hint="--print-key"
+        )
     url = get_settings().database_url
     if migrate:
         upgrade(url)
     with unit_of_work(url) as session:
         result = apply_federation(session, doc, actor=f"file:{file}")
-    _print_apply_result(result.changes, result.new_keys)
+    if print_key is None:
+        _print_apply_result(result.changes, result.new_keys)
+        return
+    _print_apply_result(result.changes, {}, to=Console(stderr=True))
+    if print_key not in result.new_keys:
+        from app.user_errors import UserError
+
+        raise UserError(
+            f"--print-key: participant {print_key} existed before this apply",
+            "its key was shown when it was created; rotate it through the admin API for a new one",
+        )
+    print(result.new_keys[print_key])
 
 
-def _print_apply_result(changes: list[str], new_keys: dict[str, str]) -> None:
+def _print_apply_result(
+    changes: list[str], new_keys: dict[str, str], to: Console | None = None
+) -> None:
+    out = to or console
     if not changes:
-        console.print("no changes: the registry already matches the file")
+        out.print("no changes: the registry already matches the file")
     shown = 12
     for change in changes[:shown]:
-        console.print(f"  {change}")
+        out.print(f"  {change}")
     if len(changes) > shown:
-        console.print(f"  ... and {len(changes) - shown} more changes ({len(changes)} in all)")
+        out.print(f"  ... and {len(changes) - shown} more changes ({len(changes)} in all)")
     if new_keys:
         table = Table("participant", "API key (shown once)")
         for name, key in new_keys.items():
             table.add_row(name, key)
-        console.print(table)
+        out.print(table)
 
 
 @participants_cli.command("create")

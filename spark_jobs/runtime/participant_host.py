@@ -232,6 +232,8 @@ class SparkParticipantHost:
         self._cpu: SparkCpuMeter | None = None
         self._run_ids: dict[str, list[str]] = {}
         self._run_started: dict[str, float] = {}
+        # Own-work fragments whose inputs have shown data once (``_inputs_started``).
+        self._inputs_seen: set[str] = set()
         self._client = client
         self._data_dir = Path(data_dir)
         host, port = parse_address(listen)
@@ -725,6 +727,8 @@ class SparkParticipantHost:
         failure = self.runtime.failure(task.name)
         if failure is not None:
             self._note(f"{task.name} stopped with {failure}; restarting from its checkpoint")
+        if task.work and not self._inputs_started(task.name, spec):
+            return
         # A failover's restart writes its batch ids in the range of its own epoch.
         sink = self.availability.sink_for(task.name, spec, task.lease_epoch)
         followed = self._follow_path(task.name)
@@ -737,6 +741,26 @@ class SparkParticipantHost:
             self._after_warm_switch(spec, None, time.perf_counter())
             return
         self.runtime.start(spec, epoch=task.lease_epoch, sink=sink)
+
+    def _inputs_started(self, fragment: str, spec: FragmentSpec) -> bool:
+        """Whether every input's log holds a bucket or a boundary, so that a fresh query has a
+        place to start. A participant's own source starts with its data (a directory read
+        once Spark is up, a broker's first fetch), not at a wall-clock second as the generator
+        does, and a query started on an empty log starts at bucket 0: from there it would walk
+        the empty buckets to the data's event time, an hour of them a batch. A fragment with a
+        checkpoint here starts from it whatever its inputs hold."""
+        if fragment in self._inputs_seen or self.runtime.store.exists(fragment):
+            return True
+        for ref in spec.inputs:
+            try:
+                with StreamClient(ref.location) as client:
+                    info = client.info(ref.stream)
+            except Exception:  # the log's host is not up yet, or has not declared it
+                return False
+            if info.get("first") is None and info.get("boundary") is None:
+                return False
+        self._inputs_seen.add(fragment)
+        return True
 
     def _follow_copies(self, running: FragmentSpec, spec: FragmentSpec) -> None:
         """Give the running fragment its inputs' active copies as the registry lists them now

@@ -209,12 +209,13 @@ class SinkWriter:
 
 
 def build_sink(task: str, spec: SinkSpec, data_dir: Path) -> Sink:
-    """The sink a task's ``sink:`` names (a relative Parquet path is under the data dir)."""
+    """The sink a task's ``sink:`` names. A relative Parquet path is the agent's working
+    directory's, as a files source's directory is (and as ``fedload contracts apply`` checks
+    paths from the operator's): one rule for every path a task names."""
     if spec.kind == "parquet":
         from spark_jobs.sinks.parquet import ParquetSink
 
-        path = Path(str(spec.options["path"])).expanduser()
-        return ParquetSink(path if path.is_absolute() else data_dir / path)
+        return ParquetSink(Path(str(spec.options["path"])).expanduser().absolute())
     if spec.kind == "nats":
         from spark_jobs.sinks.nats import NatsSink
 

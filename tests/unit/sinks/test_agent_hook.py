@@ -33,7 +33,10 @@ def test_an_owned_task_with_a_sink_is_written_by_the_owners_agent(tmp_path: Path
         owner="A",
         host="B",
         load=1.0,
-        work={"sql": "select * from t", "sink": {"kind": "parquet", "path": "results"}},
+        work={
+            "sql": "select * from t",
+            "sink": {"kind": "parquet", "path": str(tmp_path / "results")},
+        },
     )
     try:
         host.reconcile([task])

@@ -223,9 +223,9 @@ def test_the_agents_hook_runs_writers_for_owned_tasks_with_a_sink(
     server.log.declare("A.other.out", 1.0)
     sql = "select * from t"
     tasks = [
-        owned(TASK, "A", {"sql": sql, "sink": SPEC}),
+        owned(TASK, "A", {"sql": sql, "sink": {"kind": "parquet", "path": str(tmp_path / "out")}}),
         owned("A.other", "A", {"sql": sql, "sink": {"kind": "log"}}),
-        owned("C.q", "C", {"sql": sql, "sink": {"kind": "parquet", "path": "c"}}),
+        owned("C.q", "C", {"sql": sql, "sink": {"kind": "parquet", "path": str(tmp_path / "c")}}),
     ]
     writers = SinkWriters(server.log, tmp_path)
     try:
