@@ -142,6 +142,7 @@ class NatsSource:
         from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
         assert self.log is not None
+
         async def quiet(error: Exception) -> None:
             log.debug("%s: nats: %s", self.context.task, error)  # _failed says it once
 
