@@ -105,6 +105,9 @@ BATCH_SECONDS = 20.0
 # (a day in 4,320 batches). Its rows per batch are bounded by its source instead (the files a
 # trigger reads, the messages a fetch takes).
 OWN_WORK_BATCH_SECONDS = 3600.0
+# Rows of an own-work fragment's output that its owner's log keeps for ``fedload tail`` and the
+# results client once every consumer has them (a few MB at most).
+TAIL_ROWS = 10_000
 # The seeded generator's default rate, rows per second.
 NOMINAL_ROWS_PER_SECOND = 60.0
 # How long after a move the first batch at the new host is waited for (downtime), and where
@@ -332,7 +335,10 @@ class SparkParticipantHost:
         self._records = {t.name: t for t in tasks}
         for task in tasks:
             if task.owner == self.name and task.real:
-                self._declare(task.output_stream)
+                # An application reads its own work's results (``fedload tail``) without being
+                # a consumer of the log: the newest rows stay after the consumers' acks.
+                keep = TAIL_ROWS if task.work and not task.source else 0
+                self._declare(task.output_stream, keep_rows=keep)
         self.sinks.sync(self.name, tasks)
         for task in tasks:
             if task.host != self.name or not task.real:
@@ -556,9 +562,9 @@ class SparkParticipantHost:
             self._endpoints[participant] = found
         return self._endpoints[participant]
 
-    def _declare(self, stream: str) -> None:
+    def _declare(self, stream: str, *, keep_rows: int = 0) -> None:
         if stream not in self._declared:
-            self.server.log.declare(stream, self.bucket_seconds)
+            self.server.log.declare(stream, self.bucket_seconds, keep_rows=keep_rows)
             self._declared.add(stream)
 
     def _publish(self, task: TaskRecord) -> None:

@@ -126,6 +126,23 @@ class _Stream:
     acks: dict[str, int] = field(default_factory=dict)
     written: set[int] = field(default_factory=set)
     fence: int = 0
+    # Rows of the newest acknowledged buckets kept anyway, for readers that are no consumers
+    # (``fedload tail``, an application's iterator): 0 keeps nothing past the acks.
+    keep_rows: int = 0
+
+
+def _newest_within(
+    buckets: dict[int, list[pa.RecordBatch]], done: list[int], rows: int
+) -> list[int]:
+    """The newest of the ``done`` buckets (ascending) whose rows add up to at most ``rows``."""
+    kept: list[int] = []
+    total = 0
+    for bucket in reversed(done):
+        total += sum(batch.num_rows for batch in buckets[bucket])
+        if total > rows:
+            break
+        kept.append(bucket)
+    return kept[::-1]
 
 
 class StreamLog:
@@ -135,14 +152,16 @@ class StreamLog:
         self._lock = threading.Lock()
         self._streams: dict[str, _Stream] = {}
 
-    def declare(self, stream: str, bucket_seconds: float) -> None:
+    def declare(self, stream: str, bucket_seconds: float, *, keep_rows: int = 0) -> None:
         """Create ``stream`` with buckets of ``bucket_seconds`` (again: nothing changes). A
         second declaration at another width is refused: every bucket number of the log, its
         boundary and its consumers' acknowledgements mean a width, and agents of one federation
-        run with different ``--bucket-seconds`` only by mistake."""
+        run with different ``--bucket-seconds`` only by mistake. ``keep_rows``: how many rows of
+        the newest acknowledged buckets the log keeps for readers that are not consumers."""
         micros = round(bucket_seconds * 1_000_000)
         with self._lock:
             existing = self._streams.setdefault(stream, _Stream(micros))
+            existing.keep_rows = max(existing.keep_rows, keep_rows)
             if existing.bucket_micros != micros:
                 raise BucketWidthMismatch.of(
                     stream, existing.bucket_micros, f"not {bucket_seconds:g} s"
@@ -223,12 +242,14 @@ class StreamLog:
             s = self._get(stream)
             s.acks[consumer] = max(s.acks.get(consumer, bucket), bucket)
             low = min(s.acks.values())
-            for b in [b for b in s.buckets if b < low]:
+            done = sorted(b for b in s.buckets if b < low)
+            kept = _newest_within(s.buckets, done, s.keep_rows)
+            for b in done[: len(done) - len(kept)]:
                 del s.buckets[b]
             if s.first is not None and s.first < low:
                 # "first" is where a new consumer starts (SUnion's initialOffset): never a
                 # bucket that is gone, or its first read would ask for dropped data.
-                s.first = low
+                s.first = max(s.first, kept[0]) if kept else low
 
     def advance(
         self,
