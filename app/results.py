@@ -283,13 +283,13 @@ def _token_of(issued: Mapping[str, Any]) -> tuple[str, float]:
 
 def _held_from(info: Mapping[str, Any]) -> int | None:
     """The first bucket a reader that holds no position may ask for: the log's first held
-    bucket, never below what its consumers acknowledged (that may be gone)."""
+    bucket (a log keeps its buckets whole from there, also acknowledged ones it keeps for
+    readers), else what its consumers acknowledged."""
     first = info.get("first")
+    if first is not None:
+        return int(first)
     acks = [int(a) for a in (info.get("acks") or {}).values()]
-    floor = min(acks) if acks else None
-    if first is None:
-        return floor
-    return int(first) if floor is None else max(int(first), floor)
+    return min(acks) if acks else None
 
 
 def _table_rows(table: pa.Table, tentative: bool) -> Iterator[dict[str, Any]]:

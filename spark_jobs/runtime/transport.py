@@ -213,10 +213,13 @@ class StreamLog:
     ) -> tuple[pa.Schema | None, list[pa.RecordBatch]]:
         with self._lock:
             s = self._get(stream)
-            if strict and s.acks and lo < min(s.acks.values()) and lo < hi:
+            floor = min(s.acks.values()) if s.acks else None
+            if floor is not None and s.keep_rows and s.first is not None:
+                floor = min(floor, s.first)  # acknowledged, but kept whole from ``first`` on
+            if strict and floor is not None and lo < floor and lo < hi:
                 # Asking for acknowledged (possibly dropped) data means a consumer lost track
                 # of its offsets; an empty answer would silently lose rows, so fail loudly.
-                raise KeyError(f"{stream}: buckets below {min(s.acks.values())} were acknowledged")
+                raise KeyError(f"{stream}: buckets below {floor} were acknowledged")
             out: list[pa.RecordBatch] = []
             for bucket in sorted(b for b in s.buckets if lo <= b < hi):
                 out.extend(s.buckets[bucket])

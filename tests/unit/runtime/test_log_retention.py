@@ -38,3 +38,19 @@ def test_the_newest_acked_rows_stay_up_to_keep_rows_and_first_follows_them():
     log.ack("s", "sink", 16)
     assert log.info("s")["first"] == 14
     assert log.table("s").num_rows == 6
+
+
+def test_kept_buckets_can_be_read_from_first_and_older_ones_are_refused():
+    log = StreamLog()
+    log.declare("s", 1.0, keep_rows=3)
+    for bucket in range(10, 13):
+        _bucket(log, "s", bucket, 3)
+    log.ack("s", "sink", 13)
+    _schema, batches = log.read("s", 12, 13)
+    assert sum(b.num_rows for b in batches) == 3
+    try:
+        log.read("s", 11, 13)
+    except KeyError as error:
+        assert "below 12" in str(error)
+    else:
+        raise AssertionError("a read below the kept buckets must fail, not answer empty")
