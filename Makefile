@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed-stamp
 export PYSPARK_PYTHON := $(abspath $(PY))
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: demo test lint typecheck check-migrations bench clean venv browser
+.PHONY: demo test unit lint typecheck check-migrations bench clean venv browser
 
 venv: $(STAMP)
 
@@ -22,6 +22,10 @@ demo: $(STAMP)
 test: $(STAMP) browser
 	$(PY) -m tests.prerequisites
 	$(PY) -m pytest --durations=60
+
+# The pure tests (no database server, no Spark, no browser): under a minute.
+unit: $(STAMP)
+	$(PY) -m pytest tests/unit -q
 
 # The browser tests drive Debian's chromium (never a downloaded browser). Install it where it is
 # missing and we may (root); otherwise the prerequisite check says what to do.

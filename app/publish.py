@@ -47,8 +47,8 @@ import typer
 
 from app.dataplane.tokens import APPEND, Grant
 from app.participant.client import ApiError, FedloadClient
-from app.tasks.work import STIME, SourceSpec, StreamSchema, Work
 from app.user_errors import UserError
+from app.work.spec import STIME, SourceSpec, StreamSchema, Work
 
 DEFAULT_BUCKET_SECONDS = 1.0
 _UNIT_SECONDS = {
@@ -86,7 +86,7 @@ class PublishError(RuntimeError):
 
 
 def arrow_type(ddl_type: str) -> pa.DataType:
-    """The Arrow type of a column declared in Spark's DDL spelling (``app.tasks.work``)."""
+    """The Arrow type of a column declared in Spark's DDL spelling (``app.work.spec``)."""
     text = ddl_type.strip().lower()
     if text in _SIMPLE_ARROW:
         return _SIMPLE_ARROW[text]

@@ -27,9 +27,10 @@ from app.limits import (
 )
 from app.market.cost_models import CostModelError, build_cost_model
 from app.resources import federation_schema_path
-from app.tasks.catalogue import FragmentError, Upstream
+from app.tasks.catalogue import Upstream
 from app.tasks.definition import TaskDefinition, define_task, installed_distributions
 from app.tasks.naming import naming_error
+from app.work.errors import FragmentError
 
 SCHEMA_PATH = federation_schema_path()  # in the checkout or inside the installed package
 # Contracts from a file with no explicit term run for a year from the moment they are applied.
@@ -96,7 +97,7 @@ class TaskSpec:
     params: Mapping[str, Any] = field(default_factory=dict)
     inputs: tuple[str, ...] = ()
     replicas: int = 0
-    # Or the owner's own work (app.tasks.work.Work.to_json) and the schema of its output
+    # Or the owner's own work (app.work.spec.Work.to_json) and the schema of its output
     # stream; synthetic: runs nothing (neither a fragment nor work), its load is declared.
     work: Mapping[str, Any] = field(default_factory=dict)
     synthetic: bool = False

@@ -41,7 +41,7 @@ class Task(Base):
     fragment: Mapped[str | None] = mapped_column(String(64), nullable=True)
     params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict, server_default="{}")
     inputs: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list, server_default="[]")
-    # Or the owner's own work (app.tasks.work.Work.to_json: a source, SQL or a Python function,
+    # Or the owner's own work (app.work.spec.Work.to_json: a source, SQL or a Python function,
     # a watermark, a sink); empty for a catalogue fragment and for a declared load.
     work: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict, server_default="{}")
     # Runs nothing: a declared load the market moves (neither a fragment nor work).

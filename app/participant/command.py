@@ -31,14 +31,14 @@ import typer
 from app.cli_errors import ensure_free_port
 from app.parent_watch import wanted, watch_parent
 from app.participant.client import ApiError, FedloadClient
-from app.participant.distributions import (
+from app.participant.heartbeat import ServiceHeartbeats
+from app.participant.ports import Host, MovementRecord, Mover, NoHost, Received
+from app.work.distributions import (
     FRAGMENTS_ENV,
     OWN_DISTRIBUTION,
     allowed_distributions,
     parse_list,
 )
-from app.participant.heartbeat import ServiceHeartbeats
-from app.participant.ports import Host, MovementRecord, Mover, NoHost, Received
 
 if TYPE_CHECKING:  # imported when an agent runs: they load SciPy, seconds on every fedload start
     from app.participant.node import Agent, MoveEvent
@@ -191,7 +191,7 @@ def run_agent(options: AgentOptions, make_host: HostFactory) -> int:
         decisions = BpmDecisions.for_model(spec, float(me["capacity"]), options.hysteresis)
         options.data_dir.mkdir(parents=True, exist_ok=True)
         allowed = allowed_distributions(options.fragments)
-        # The host reads it there, whichever factory built it (``spark_jobs.fragments.work``).
+        # The host reads it there, whichever factory built it (``spark_jobs.runtime.own_work``).
         os.environ[FRAGMENTS_ENV] = ",".join(sorted(allowed))
         host, mover = make_host(AgentContext(options, client))
         events = options.events or options.data_dir / "events.jsonl"

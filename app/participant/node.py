@@ -20,9 +20,9 @@ from app.market import runnable
 from app.market.protocol import MAX_RELAY_DEPTH, plan_room, take_after_room
 from app.participant.client import ApiError
 from app.participant.decisions import ContractView, Decisions
-from app.participant.distributions import allowed_distributions, is_allowed
 from app.participant.failover import Availability, kept, plan_failovers
 from app.participant.ports import Host, MovementRecord, Mover, Registry, TaskRecord
+from app.work.distributions import allowed_distributions, is_allowed
 
 log = logging.getLogger("fedload.agent")
 

@@ -39,7 +39,7 @@ class TaskRecord:
     # Per input, who runs an active replica of its task (TaskInputRead.active_copies): their
     # own logs of the stream are alternates to read it from.
     input_copies: tuple[tuple[str, ...], ...] = ()
-    # What it runs when it is the participant's own work (``app.tasks.work.Work.to_json``:
+    # What it runs when it is the participant's own work (``app.work.spec.Work.to_json``:
     # source, sql, python, watermark, schema, sink); empty for a catalogue fragment or a
     # synthetic task.
     work: Mapping[str, Any] = field(default_factory=dict)

@@ -19,6 +19,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.work.errors import FragmentError
+from app.work.spec import GENERATOR_SCHEMA
+
 # Stream kinds: what the rows of a fragment's output are.
 CONNECTIONS = "connections"  # (src_ip, dst_ip, dst_port, stime), the generator's records
 CONNECTION_COUNTS = "connection_counts"  # (stime, window_start, src_ip, connections)
@@ -28,40 +31,15 @@ PREFIX_COUNTS = "prefix_counts"  # (stime, window_start, prefix, scanners, ports
 # Each stream kind's columns as a Spark DDL string (what a SQL fragment reading it may name);
 # spark_jobs.fragments.catalogue's StructTypes are the same, pinned by tests/unit/fragments.
 STREAM_SCHEMAS: Mapping[str, str] = {
-    CONNECTIONS: "src_ip STRING, dst_ip STRING, dst_port INT, stime TIMESTAMP",
+    CONNECTIONS: GENERATOR_SCHEMA,
     CONNECTION_COUNTS: "stime TIMESTAMP, window_start TIMESTAMP, src_ip STRING, connections BIGINT",
     PORT_COUNTS: "stime TIMESTAMP, window_start TIMESTAMP, src_ip STRING, ports INT",
     PREFIX_COUNTS: (
         "stime TIMESTAMP, window_start TIMESTAMP, prefix STRING, scanners BIGINT, ports BIGINT"
     ),
 }
-GENERATOR_SCHEMA = STREAM_SCHEMAS[CONNECTIONS]
 
 Path = tuple[str | int, ...]
-
-
-def field_name(path: Sequence[str | int]) -> str:
-    """``("params", "seed")`` -> ``params.seed``, ``("inputs", 0, "task")`` -> ``inputs[0].task``.
-
-    The federation loader names a file's fields the same way."""
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-class FragmentError(ValueError):
-    """A fragment, parameter or input that cannot be used; ``path`` names where, inside the task
-    (``("params", "window_seconds")``), and ``field`` renders it (``params.window_seconds``)."""
-
-    def __init__(self, detail: str, path: Sequence[str | int]) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.path: Path = tuple(path)
-
-    @property
-    def field(self) -> str:
-        return field_name(self.path)
 
 
 @dataclass(frozen=True)
@@ -210,7 +188,7 @@ class Upstream:
     name: str
     owner: str
     fragment: str | None
-    # A task's own work (app.tasks.work.Work.to_json; empty: a catalogue fragment or a
+    # A task's own work (app.work.spec.Work.to_json; empty: a catalogue fragment or a
     # declared load) and the columns of its output stream as Spark DDL (None: not known yet).
     work: Mapping[str, Any] = field(default_factory=dict)
     output_schema: str | None = None

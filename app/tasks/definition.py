@@ -1,7 +1,7 @@
 """One rule for a whole task, from the API or a federation file. Pure: no ORM, no web.
 
 A task is a catalogue fragment (``fragment``, ``params``: ``app.tasks.catalogue``), its owner's
-own work (``source``, ``sql`` or ``python``: ``app.tasks.work``) or, running nothing, synthetic:
+own work (``source``, ``sql`` or ``python``: ``app.work.spec``) or, running nothing, synthetic:
 a declared load the market moves. :func:`define_task` checks every field against the tasks it
 reads and says what the registry stores: the normalised work, the synthetic flag, the load and
 the schema of the task's output stream (what its readers' SQL is checked against).
@@ -29,8 +29,8 @@ from app.tasks.catalogue import (
     Upstream,
     validate_fragment,
 )
-from app.tasks.sql_check import check_sql
-from app.tasks.work import STIME, WORK_FIELDS, StreamSchema, Work, parse_ddl, parse_work
+from app.work.spec import STIME, WORK_FIELDS, StreamSchema, Work, parse_ddl, parse_work
+from app.work.sql_check import check_sql
 
 Lookup = Callable[[str], Upstream | None]
 

@@ -27,7 +27,7 @@ from app.tasks.catalogue import (
 from app.tasks.definition import TaskDefinition, define_task, event_time
 from app.tasks.naming import naming_error
 from app.tasks.schemas import AnalysisReport, TaskCreate, TaskInputRead, TaskRead, TaskUpdate
-from app.tasks.work import parse_ddl
+from app.work.spec import parse_ddl
 
 
 def to_read(session: Session, tasks: list[Task]) -> list[TaskRead]:

@@ -26,7 +26,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
-from app.participant.distributions import (
+from app.work.distributions import (
     OWN_DISTRIBUTION,
     allowed_distributions,
     canonical,

@@ -47,9 +47,9 @@ from pyspark.sql.types import (
 )
 from sqlglot import exp
 
-from app.tasks.catalogue import FragmentError
-from app.tasks.sql_check import WINDOW_FUNCTION, rewrite_window
-from app.tasks.work import parse_ddl
+from app.work.errors import FragmentError
+from app.work.spec import parse_ddl
+from app.work.sql_check import WINDOW_FUNCTION, rewrite_window
 from spark_jobs.runtime.sunion import INPUT_COLUMN
 
 STIME = "stime"
@@ -83,7 +83,7 @@ def local_name(task: str) -> str:
 def parse_schema(ddl: str) -> StructType:
     """A stream's DDL as Spark's StructType, without a JVM (``StructType.fromDDL`` needs one,
     and an agent builds a fragment's spec before its Spark has started). The registry's parser
-    (``app.tasks.work.parse_ddl``) checks and normalises the DDL; this maps its types."""
+    (``app.work.spec.parse_ddl``) checks and normalises the DDL; this maps its types."""
     try:
         columns = parse_ddl(ddl, ()).columns
     except FragmentError as error:

@@ -59,7 +59,6 @@ from app.participant.command import (
 from app.participant.ports import Host, MovementRecord, Mover, Received, TaskRecord
 from spark_jobs import sources
 from spark_jobs.fragments import catalogue
-from spark_jobs.fragments.work import hosting_of
 from spark_jobs.generators import ConnectionGenerator, RateSchedule, bucket_of, split_buckets
 from spark_jobs.runtime import follow
 from spark_jobs.runtime.active import is_active_copy
@@ -79,6 +78,7 @@ from spark_jobs.runtime.host import (
     only_alternates_differ,
 )
 from spark_jobs.runtime.movement import Relocation, RemoteHost, relocate
+from spark_jobs.runtime.own_work import hosting_of
 from spark_jobs.runtime.registry_coordinator import PreparedMovementCoordinator, abort_once
 from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient, StreamServer
 from spark_jobs.runtime.warm import (

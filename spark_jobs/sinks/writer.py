@@ -38,8 +38,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from app.participant.ports import TaskRecord
-from app.tasks.catalogue import FragmentError
-from app.tasks.work import SinkSpec, Work
+from app.work.errors import FragmentError
+from app.work.spec import SinkSpec, Work
 from spark_jobs.runtime.transport import HOLD_ALL, StreamLog
 
 log = logging.getLogger("fedload.agent.sinks")

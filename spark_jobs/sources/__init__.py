@@ -1,6 +1,6 @@
 """Sources: the streams a participant's own work brings into the federation, at its owner's host.
 
-A source task (``source:`` in its work, ``app.tasks.work.SourceSpec``) runs in the agent that
+A source task (``source:`` in its work, ``app.work.spec.SourceSpec``) runs in the agent that
 hosts it (its owner's, unless placed on a partner) and feeds that agent's replayable log of its
 output stream, ``<task>.out``, which SUnion fragments downstream read:
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from app.tasks.work import SourceSpec, Work
+from app.work.spec import SourceSpec, Work
 
 __all__ = ["Runner", "SourceContext", "idle_advance", "runner_for", "source_spec"]
 

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from app.publish import arrow_schema, conform, lateness_seconds
-from app.tasks.work import SourceSpec
+from app.work.spec import SourceSpec
 from spark_jobs.runtime.transport import StreamClient
 from spark_jobs.sources import SourceContext, idle_advance
 from spark_jobs.sources.buckets import SourceLog, StateStore

@@ -14,7 +14,7 @@ import threading
 import time
 
 from app.publish import boundary_after, lateness_seconds
-from app.tasks.work import SourceSpec
+from app.work.spec import SourceSpec
 from spark_jobs.runtime.transport import StreamClient
 from spark_jobs.sources import SourceContext, idle_advance
 

@@ -28,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from app.publish import arrow_schema, conform, lateness_seconds
-from app.tasks.work import DEFAULT_NATS_URL, SourceSpec
+from app.work.spec import DEFAULT_NATS_URL, SourceSpec
 from spark_jobs.runtime.transport import StreamClient
 from spark_jobs.sources import SourceContext, idle_advance
 from spark_jobs.sources.buckets import SourceLog, StateStore

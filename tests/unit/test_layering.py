@@ -5,8 +5,11 @@
   client or Spark, and nothing of the service around it.
 - The participant node (``app/participant``) talks to the registry over REST only: no ORM, no
   web framework, no Spark; its Spark adapter lives in ``spark_jobs/runtime``.
-- The runtime and the fragments (``spark_jobs/runtime``, ``spark_jobs/fragments``) never open
-  the registry's database: they reach it through the REST ports.
+- The description of what a task runs (``app/work``) is pure: no service, ORM, web or Spark,
+  so the registry and the agents share it.
+- The runtime, sources and sinks (``spark_jobs/runtime``, ``sources``, ``sinks``) never open the
+  registry's database: they reach it through the REST ports. A fragment
+  (``spark_jobs/fragments``) reaches nothing of fedload but ``app.work``.
 """
 
 from __future__ import annotations
@@ -41,8 +44,12 @@ RULES: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
     ("app/market/**/*.py", (*WEB, *ORM, *SPARK, *SERVICE, "httpx", "app.participant"), ()),
     ("app/availability/**/*.py", (*WEB, *ORM, *SPARK, *SERVICE, "httpx", "app.participant"), ()),
     ("app/participant/**/*.py", (*WEB, *ORM, *SPARK, *SERVICE), ()),
+    ("app/work/**/*.py", (*WEB, *ORM, *SPARK, *SERVICE, "httpx", "app.participant"), ()),
     ("spark_jobs/runtime/**/*.py", (*WEB, *ORM, *SERVICE), ()),
-    ("spark_jobs/fragments/**/*.py", (*WEB, *ORM, *SERVICE, "httpx", "app"), ()),
+    ("spark_jobs/sources/**/*.py", (*WEB, *ORM, *SERVICE), ()),
+    ("spark_jobs/sinks/**/*.py", (*WEB, *ORM, *SERVICE), ()),
+    # A fragment is a Spark function of its inputs: of fedload it knows only what a task runs.
+    ("spark_jobs/fragments/**/*.py", (*WEB, *ORM, *SERVICE, "httpx", "app.participant"), ()),
 ]
 
 

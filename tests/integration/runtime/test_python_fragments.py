@@ -10,8 +10,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from app.participant.distributions import FRAGMENTS_ENV
 from app.participant.ports import TaskRecord
+from app.work.distributions import FRAGMENTS_ENV
 from spark_jobs.runtime import StreamClient, publish
 from spark_jobs.runtime.participant_host import SparkParticipantHost
 from tests.integration.runtime.test_sql_fragments import READINGS, readings

@@ -14,8 +14,8 @@ import pytest
 
 from app.participant.ports import TaskRecord
 from spark_jobs.fragments.sql import FragmentInput, merged_schema, sql_fragment
-from spark_jobs.fragments.work import WorkHosting
 from spark_jobs.runtime import FragmentSpec, StreamRef, publish
+from spark_jobs.runtime.own_work import WorkHosting
 from tests.integration.runtime.conftest import BUCKET, declare
 
 pytestmark = pytest.mark.spark

@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from app.tasks.work import SourceSpec, parse_ddl
+from app.work.spec import SourceSpec, parse_ddl
 from spark_jobs.runtime.transport import StreamServer
 from spark_jobs.sources import SourceContext
 from spark_jobs.sources.files import FileSource

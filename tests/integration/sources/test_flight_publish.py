@@ -135,7 +135,7 @@ def test_publish_a_parquet_file(server: StreamServer, tmp_path: Path) -> None:
 
 
 def test_with_idle_advance_the_agent_closes_buckets_by_the_wall_clock() -> None:
-    from app.tasks.work import SourceSpec, parse_ddl
+    from app.work.spec import SourceSpec, parse_ddl
     from spark_jobs.sources import SourceContext, runner_for
 
     plain = StreamServer()

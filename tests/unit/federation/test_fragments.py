@@ -14,12 +14,11 @@ import pytest
 from app.participant.ports import TaskRecord
 from app.tasks.catalogue import (
     CATALOGUE,
-    FragmentError,
     Upstream,
-    field_name,
     served_where_it_runs,
     validate_fragment,
 )
+from app.work.errors import FragmentError, field_name
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -10,7 +10,7 @@ import pytest
 import typer
 
 from app.participant.command import _distributions
-from app.participant.distributions import FRAGMENTS_ENV
+from app.work.distributions import FRAGMENTS_ENV
 from tests.unit.participant.test_node import ONLINE, MemoryRegistry, node, open_offer, task
 
 

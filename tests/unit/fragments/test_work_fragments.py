@@ -9,10 +9,10 @@ import pytest
 from pyspark.sql.types import StructType
 
 from app.participant.ports import TaskRecord
-from app.tasks.work import parse_ddl
+from app.work.spec import parse_ddl
 from spark_jobs.fragments.python import FragmentRefused, FragmentUnavailable
 from spark_jobs.fragments.sql import FragmentAnalysisError, FragmentInput, parse_schema
-from spark_jobs.fragments.work import WorkHosting, fragment_inputs, schema_ddl, work_fragment
+from spark_jobs.runtime.own_work import WorkHosting, fragment_inputs, schema_ddl, work_fragment
 from spark_jobs.runtime.sunion import INPUT_COLUMN
 from tests.unit.fragments import fragment_dist
 

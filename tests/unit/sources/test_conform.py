@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from app.publish import SchemaMismatch, arrow_schema, conform, lateness_seconds
-from app.tasks.work import SourceSpec, parse_ddl
+from app.work.spec import SourceSpec, parse_ddl
 from spark_jobs.sources.nats import decode
 
 SCHEMA = parse_ddl("station STRING, ts TIMESTAMP, temp DOUBLE, n INT", ["schema"])

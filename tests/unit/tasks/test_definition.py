@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.tasks.catalogue import STREAM_SCHEMAS, FragmentError, Upstream
+from app.tasks.catalogue import STREAM_SCHEMAS, Upstream
 from app.tasks.definition import TaskDefinition, define_task, event_time
-from app.tasks.work import Column, StreamSchema, parse_ddl
+from app.work.errors import FragmentError
+from app.work.spec import Column, StreamSchema, parse_ddl
 
 READINGS = {
     "kind": "files",

@@ -1,4 +1,4 @@
-"""SQL fragments checked against their inputs' schemas with sqlglot (app.tasks.sql_check)."""
+"""SQL fragments checked against their inputs' schemas with sqlglot (app.work.sql_check)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.tasks.catalogue import FragmentError
-from app.tasks.sql_check import check_sql
-from app.tasks.work import StreamSchema, parse_ddl
+from app.work.errors import FragmentError
+from app.work.spec import StreamSchema, parse_ddl
+from app.work.sql_check import check_sql
 
 
 def schema(ddl: str) -> StreamSchema:

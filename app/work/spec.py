@@ -13,7 +13,7 @@ A task is one of:
 - **synthetic**: a declared load that the market moves and nothing runs (``synthetic: true``).
 
 The registry stores the normalised form (:meth:`Work.to_json`) in the task's ``work`` column and
-the stream schema its output carries (``output_schema``). ``app.tasks.sql_check`` checks SQL
+the stream schema its output carries (``output_schema``). ``app.work.sql_check`` checks SQL
 against the inputs' schemas; the Spark side (``spark_jobs.fragments``, ``spark_jobs.sources``,
 ``spark_jobs.sinks``) builds the real query, source and sink from the same record.
 """
@@ -25,12 +25,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.tasks.catalogue import FragmentError
+from app.work.errors import FragmentError
 
 SOURCE_KINDS = ("generator", "files", "nats", "flight")
 FILE_FORMATS = ("json", "csv", "parquet")
 SINK_KINDS = ("log", "parquet", "nats")
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+# The seeded generator's connection records (the network-monitoring fragments read them).
+GENERATOR_SCHEMA = "src_ip STRING, dst_ip STRING, dst_port INT, stime TIMESTAMP"
 # The federation's own event-time column in every log (SUnion buckets by it); a source fills it
 # from its declared event-time column, a fragment's output from its window's end.
 STIME = "stime"
@@ -444,8 +446,6 @@ def _source(raw: Any, base: tuple[str | int, ...]) -> SourceSpec:
     options = _options(raw, _SOURCE_OPTIONS[kind], _SOURCE_REQUIRED[kind], f"{kind} source", base)
     if kind == "generator":
         # The generator's rows are fixed (connection records): its schema is its own.
-        from app.tasks.catalogue import GENERATOR_SCHEMA
-
         if raw.get("schema") is not None:
             raise FragmentError("the generator's schema is its own; give none", (*base, "schema"))
         return SourceSpec(kind, parse_ddl(GENERATOR_SCHEMA, (*base, "schema")), STIME, options)

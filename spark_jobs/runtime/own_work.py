@@ -1,4 +1,4 @@
-"""A task's own work (``app.tasks.work``: SQL or a Python function) as what a host runs, and
+"""A task's own work (``app.work.spec``: SQL or a Python function) as what a host runs, and
 its analysis on Spark before anything starts.
 
 ``work_fragment`` turns a task record into the DataFrame function and the SUnion schema of its
@@ -26,9 +26,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from app.participant.distributions import FRAGMENTS_ENV, parse_list
 from app.participant.ports import TaskRecord
-from app.tasks.work import Work
+from app.work.distributions import FRAGMENTS_ENV, parse_list
+from app.work.spec import Work
 from spark_jobs.fragments.python import (
     FragmentRefused,
     FragmentUnavailable,
@@ -126,7 +126,7 @@ def _message(error: Exception) -> str:
 
 
 def schema_ddl(schema: StructType) -> str:
-    """``StructType`` -> the DDL the registry stores and parses (``app.tasks.work.parse_ddl``)."""
+    """``StructType`` -> the DDL the registry stores and parses (``app.work.spec.parse_ddl``)."""
 
     def quoted(name: str) -> str:
         return name if _IDENTIFIER.match(name) else f"`{name.replace('`', '``')}`"

@@ -28,8 +28,8 @@ from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.tokens import TokenType
 
-from app.tasks.catalogue import FragmentError
-from app.tasks.work import STIME, StreamSchema, parse_ddl
+from app.work.errors import FragmentError
+from app.work.spec import STIME, StreamSchema, parse_ddl
 
 WINDOW_FUNCTION = "fedload_window"
 # The column a windowed aggregation groups by, as Spark types it.
