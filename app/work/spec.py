@@ -426,11 +426,21 @@ def _type_name(types: type | tuple[type, ...]) -> str:
     )
 
 
+# How a source closes its buckets (``spark_jobs.sources.buckets``): ``lateness``, how far behind
+# its latest event time a bucket stays open for late rows; ``idle_advance``, whether its event
+# times track the wall clock, so that it closes buckets while no rows come.
+_TIMING: dict[str, type | tuple[type, ...]] = {"lateness": str, "idle_advance": bool}
 _SOURCE_OPTIONS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "generator": {"seed": int, "rate": (int, float), "seconds": int, "scan_rate": (int, float)},
-    "files": {"format": str, "path": str, "max_files_per_trigger": int, "header": bool},
-    "nats": {"url": str, "stream": str, "subject": str},
-    "flight": {},
+    "files": {
+        "format": str,
+        "path": str,
+        "max_files_per_trigger": int,
+        "header": bool,
+        **_TIMING,
+    },
+    "nats": {"url": str, "stream": str, "subject": str, **_TIMING},
+    "flight": dict(_TIMING),
 }
 _SOURCE_REQUIRED = {"generator": (), "files": ("format", "path"), "nats": ("stream",), "flight": ()}
 
@@ -456,6 +466,8 @@ def _source(raw: Any, base: tuple[str | int, ...]) -> SourceSpec:
         )
     if kind == "nats":
         options.setdefault("url", DEFAULT_NATS_URL)
+    if "lateness" in options:
+        options["lateness"] = check_interval(options["lateness"], (*base, "lateness"))
     if raw.get("schema") is None:
         raise FragmentError(
             f"a {kind} source declares its schema (schema: 'name TYPE, ...')", (*base, "schema")

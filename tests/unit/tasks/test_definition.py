@@ -228,3 +228,21 @@ TYPES = st.recursive(
 def test_a_schema_written_as_ddl_parses_back_to_itself(columns: list[tuple[str, str]]) -> None:
     declared = StreamSchema(tuple(Column(name, kind) for name, kind in columns))
     assert parse_ddl(declared.ddl(), ()) == declared
+
+
+def test_a_source_takes_its_lateness_as_an_interval_and_idle_advance_as_a_flag() -> None:
+    from app.work.spec import parse_work
+
+    source = {"kind": "nats", "stream": "s", "schema": "a TIMESTAMP", "event_time": "a"}
+    work = parse_work(
+        {"source": {**source, "lateness": "5 seconds", "idle_advance": True}}, distributions=None
+    )
+    assert work.source is not None
+    assert work.source.options["lateness"] == "5 seconds"
+    assert work.source.options["idle_advance"] is True
+    with pytest.raises(FragmentError) as bad:
+        parse_work({"source": {**source, "lateness": "soon"}}, distributions=None)
+    assert bad.value.field == "source.lateness"
+    with pytest.raises(FragmentError) as bad:
+        parse_work({"source": {**source, "idle_advance": "yes"}}, distributions=None)
+    assert bad.value.field == "source.idle_advance"
