@@ -13,7 +13,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 # Topics whose entry point is not ``run``.
-MODULES = {"agents": "move_downtime"}
+MODULES = {"agents": "move_downtime", "own_work": "sql_files"}
 
 
 def topics() -> list[str]:

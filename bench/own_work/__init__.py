@@ -1,0 +1,1 @@
+"""Benchmarks of participants' own work: sources, SQL fragments and sinks of their own."""
