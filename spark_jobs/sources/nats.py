@@ -170,7 +170,11 @@ class NatsSource:
             while not self.stopped.is_set():
                 try:
                     messages = await subscription.fetch(batch=FETCH_BATCH, timeout=wait)
-                except NatsTimeout:
+                except (TimeoutError, NatsTimeout):
+                    # nats-py raises its own timeout, or asyncio's when the fetch's inner wait
+                    # is what ran out: either way nothing came within ``wait``.
+                    messages = []
+                if not messages:  # a fetch may also answer with none before its timeout
                     if self.idle:
                         self.log.idle(time.time_ns() // 1000)
                     continue
