@@ -232,8 +232,11 @@ class Results:
                         # go on from what the log still holds, and say what was missed.
                         info = reader.info()
                         skipped_to = _held_from(info)
+                        if skipped_to is None or skipped_to <= lo:
+                            # The log refuses what it says it holds: asking again would loop.
+                            raise
                         log.warning("%s: trimmed from %s to %s", reader.stream, lo, skipped_to)
-                        lo = max(lo, skipped_to or lo)
+                        lo = skipped_to
                         continue
                     yield from _table_rows(table, tentative)
                     lo = boundary
