@@ -29,7 +29,15 @@ from app.tasks.catalogue import (
     Upstream,
     validate_fragment,
 )
-from app.work.spec import STIME, WORK_FIELDS, StreamSchema, Work, parse_ddl, parse_work
+from app.work.spec import (
+    STIME,
+    WORK_FIELDS,
+    StreamSchema,
+    Work,
+    check_unreserved,
+    parse_ddl,
+    parse_work,
+)
 from app.work.sql_check import check_sql
 
 Lookup = Callable[[str], Upstream | None]
@@ -262,5 +270,5 @@ def _fragment_output(
         views = {name.rpartition(".")[2]: schema for name, schema in read}
         analysis = check_sql(work.sql, views)
         if analysis.output is not None:
-            return analysis.output.with_stime()
+            return check_unreserved(analysis.output, ("sql",)).with_stime()
     return None if work.schema is None else work.schema.with_stime()

@@ -60,6 +60,10 @@ _SIMPLE_TYPES = {
     "timestamp_ntz": "timestamp_ntz",
     "binary": "binary",
 }
+# Columns the federation's logs use for themselves: a row's tuple kind (STABLE, TENTATIVE, ...),
+# which SUnion fills in and sinks filter on, and the input a merged row came from. A stream of a
+# participant's that had one would have it overwritten, or its rows dropped as not stable.
+RESERVED_COLUMNS = ("kind", "fedload_input")
 NUMERIC_TYPES = ("tinyint", "smallint", "int", "bigint", "float", "double")
 _INTERVAL = re.compile(
     r"^\s*\d+(\.\d+)?\s+(millisecond|second|minute|hour|day|week)s?\s*$", re.IGNORECASE
@@ -187,6 +191,18 @@ def _type(text: str, column: str, path: Sequence[str | int]) -> str:
         inner_types = ",".join(f"{_quoted(n)}:{_type(t.strip(), column, path)}" for n, t in fields)
         return f"struct<{inner_types}>"
     raise FragmentError(f"column {column!r} has an unknown type {text!r}", path)
+
+
+def check_unreserved(schema: StreamSchema, path: Sequence[str | int]) -> StreamSchema:
+    """A participant's columns must not be named as the federation's own (RESERVED_COLUMNS)."""
+    for column in schema.columns:
+        if column.name.lower() in RESERVED_COLUMNS:
+            raise FragmentError(
+                f"column {column.name!r} is reserved for the federation's logs "
+                f"({', '.join(RESERVED_COLUMNS)}); rename it (e.g. with AS)",
+                path,
+            )
+    return schema
 
 
 def check_interval(value: Any, path: Sequence[str | int]) -> str:
@@ -335,7 +351,7 @@ def parse_work(
     if raw.get("schema") is not None:
         if source is not None:
             raise FragmentError("a source's schema goes inside source:", (*base, "schema"))
-        schema = parse_ddl(raw["schema"], (*base, "schema"))
+        schema = check_unreserved(parse_ddl(raw["schema"], (*base, "schema")), (*base, "schema"))
     if python is not None and schema is None and raw.get("distribution_version") is None:
         raise FragmentError(
             "a python fragment declares its output schema (schema: 'name TYPE, ...')",
@@ -472,7 +488,7 @@ def _source(raw: Any, base: tuple[str | int, ...]) -> SourceSpec:
         raise FragmentError(
             f"a {kind} source declares its schema (schema: 'name TYPE, ...')", (*base, "schema")
         )
-    schema = parse_ddl(raw["schema"], (*base, "schema"))
+    schema = check_unreserved(parse_ddl(raw["schema"], (*base, "schema")), (*base, "schema"))
     event_time = raw.get("event_time")
     if not isinstance(event_time, str) or not event_time:
         raise FragmentError(

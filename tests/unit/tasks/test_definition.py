@@ -246,3 +246,19 @@ def test_a_source_takes_its_lateness_as_an_interval_and_idle_advance_as_a_flag()
     with pytest.raises(FragmentError) as bad:
         parse_work({"source": {**source, "idle_advance": "yes"}}, distributions=None)
     assert bad.value.field == "source.idle_advance"
+
+
+def test_a_column_named_as_the_federations_own_is_refused_where_it_is_declared() -> None:
+    from app.work.spec import parse_work
+
+    source = {"kind": "nats", "stream": "s", "schema": "kind STRING, ts TIMESTAMP"}
+    with pytest.raises(FragmentError) as bad:
+        parse_work({"source": {**source, "event_time": "ts"}}, distributions=None)
+    assert bad.value.field == "source.schema"
+    assert "'kind' is reserved" in bad.value.detail
+    with pytest.raises(FragmentError) as bad:
+        parse_work(
+            {"python": "p.m:f", "distribution": "d==1", "schema": "x INT, Fedload_Input INT"},
+            distributions=None,
+        )
+    assert bad.value.field == "schema"
