@@ -117,7 +117,7 @@ def parse_ddl(text: Any, path: Sequence[str | int]) -> StreamSchema:
     if not isinstance(text, str) or not text.strip():
         raise FragmentError("a schema is a Spark DDL string, e.g. 'id BIGINT, ts TIMESTAMP'", path)
     columns: list[Column] = []
-    for part in _split_top(text, ","):
+    for part in split_top(text, ","):
         part = part.strip()
         if not part:
             raise FragmentError(f"an empty column in schema {text!r}", path)
@@ -129,7 +129,7 @@ def parse_ddl(text: Any, path: Sequence[str | int]) -> StreamSchema:
     return StreamSchema(tuple(columns))
 
 
-def _split_top(text: str, separator: str) -> list[str]:
+def split_top(text: str, separator: str = ",") -> list[str]:
     """Split at ``separator`` outside <...>, (...) and backticks."""
     parts: list[str] = []
     current: list[str] = []
@@ -182,12 +182,12 @@ def _type(text: str, column: str, path: Sequence[str | int]) -> str:
         if outer == "array":
             return f"array<{_type(inner, column, path)}>"
         if outer == "map":
-            parts = _split_top(inner, ",")
+            parts = split_top(inner, ",")
             if len(parts) != 2:
                 raise FragmentError(f"column {column!r}: MAP takes a key and a value type", path)
             key, value = (_type(p, column, path) for p in parts)
             return f"map<{key},{value}>"
-        fields = [_column_name(f.strip(), path) for f in _split_top(inner, ",") if f.strip()]
+        fields = [_column_name(f.strip(), path) for f in split_top(inner, ",") if f.strip()]
         inner_types = ",".join(f"{_quoted(n)}:{_type(t.strip(), column, path)}" for n, t in fields)
         return f"struct<{inner_types}>"
     raise FragmentError(f"column {column!r} has an unknown type {text!r}", path)

@@ -48,7 +48,7 @@ from pyspark.sql.types import (
 from sqlglot import exp
 
 from app.work.errors import FragmentError
-from app.work.spec import parse_ddl
+from app.work.spec import parse_ddl, split_top
 from app.work.sql_check import WINDOW_FUNCTION, rewrite_window
 from spark_jobs.runtime.sunion import INPUT_COLUMN
 
@@ -120,11 +120,11 @@ def spark_type(kind: str) -> DataType:
     if outer == "array":
         return ArrayType(spark_type(inner), True)
     if outer == "map":
-        key, value = _split_top(inner)
+        key, value = split_top(inner)
         return MapType(spark_type(key), spark_type(value), True)
     if outer == "struct":
         fields = []
-        for part in _split_top(inner):
+        for part in split_top(inner):
             if part.startswith("`"):
                 end = part.index("`", 1)
                 name, rest = part[1:end].replace("``", "`"), part[end + 2 :]
@@ -133,23 +133,6 @@ def spark_type(kind: str) -> DataType:
             fields.append(StructField(name, spark_type(rest), True))
         return StructType(fields)
     raise FragmentAnalysisError(f"unknown column type {kind!r}")
-
-
-def _split_top(text: str) -> list[str]:
-    """``a:int,b:map<string,int>`` -> its parts at the commas outside <...>, (...), backticks."""
-    parts, depth, quoted, start = [], 0, False, 0
-    for index, char in enumerate(text):
-        if char == "`":
-            quoted = not quoted
-        elif not quoted and char in "<(":
-            depth += 1
-        elif not quoted and char in ">)":
-            depth -= 1
-        elif char == "," and depth == 0 and not quoted:
-            parts.append(text[start:index])
-            start = index + 1
-    parts.append(text[start:])
-    return parts
 
 
 def log_schema(fragment_input: FragmentInput) -> StructType:
