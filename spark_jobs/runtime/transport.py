@@ -458,7 +458,10 @@ class StreamServer(flight.FlightServerBase):
             raise flight.FlightServerError(f"unknown DoGet op {request['op']!r}")
         try:
             schema, batches = self.log.read(
-                request["stream"], int(request["lo"]), int(request["hi"])
+                request["stream"],
+                int(request["lo"]),
+                int(request["hi"]),
+                strict=not request.get("held", False),
             )
         except KeyError as error:
             raise flight.FlightServerError(str(error)) from error
@@ -722,13 +725,21 @@ class StreamClient:
         except flight.FlightUnauthorizedError as error:
             raise _refusal(error) from error
 
-    def read(self, stream: str, lo: int, hi: int) -> flight.FlightStreamReader:
-        ticket = {"op": "read", "stream": stream, "lo": lo, "hi": hi}
+    def read(
+        self, stream: str, lo: int, hi: int, *, held: bool = False
+    ) -> flight.FlightStreamReader:
+        """Buckets [lo, hi). ``held``: whatever of them the log still holds; without it a
+        range below what consumers acknowledged is refused (a consumer that lost its place)."""
+        ticket = {"op": "read", "stream": stream, "lo": lo, "hi": hi, "held": held}
         return self._client.do_get(
             flight.Ticket(json.dumps(ticket).encode()), self._options(_on_stream(READ, stream))
         )
 
-    def read_table(self, stream: str, lo: int = -(2**62), hi: int = 2**62) -> pa.Table:
+    def read_table(self, stream: str, lo: int | None = None, hi: int = 2**62) -> pa.Table:
+        """The rows of [lo, hi), or with no ``lo`` every row the log still holds below ``hi``
+        (what a failover compares with, whatever consumers acknowledged meanwhile)."""
+        if lo is None:
+            return self.read(stream, -(2**62), hi, held=True).read_all()
         return self.read(stream, lo, hi).read_all()
 
     def append(
