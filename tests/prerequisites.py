@@ -11,7 +11,7 @@ import sys
 
 from app.java import INSTALL as JAVA_INSTALL
 from app.java import java_problem as app_java_problem
-from tests.support.components import postgres_problem, postgres_url
+from tests.support.components import nats_problem, postgres_problem, postgres_url
 
 
 def java_problem() -> str | None:
@@ -32,6 +32,8 @@ def main() -> int:
         "PostgreSQL": postgres_problem(postgres_url()),
         "Java": java_problem(),
         "Chromium": chromium_problem(),
+        # Participants' own sources and sinks read and write a real JetStream server.
+        "NATS JetStream": nats_problem(),
     }
     missing = {name: why for name, why in problems.items() if why}
     for name, why in missing.items():
@@ -42,7 +44,7 @@ def main() -> int:
         )
         return 1
     if not missing:
-        print("prerequisites: PostgreSQL, Java 17+ and Chromium are present")
+        print("prerequisites: PostgreSQL, Java 17+, Chromium and NATS JetStream are present")
     return 0
 
 
