@@ -67,7 +67,7 @@ from spark_jobs.runtime.movement import (
 from spark_jobs.runtime.promote import Forwarder, PromotedCopy, covers, failed_host_rows
 from spark_jobs.runtime.registry_coordinator import PreparedMovementCoordinator
 from spark_jobs.runtime.shipping import DeltaShipper
-from spark_jobs.runtime.soutput import SOutput, leave_out, write_namespace
+from spark_jobs.runtime.soutput import SOutput, leave_out, row_counts, write_namespace
 from spark_jobs.runtime.standby import (
     SHIP_TIMEOUT_S,
     STANDBY_SHIPMENT,
@@ -120,7 +120,7 @@ class FailoverOutput(SOutput):
     def resynced(cls, location: str, stream: str, epoch: int) -> FailoverOutput:
         with StreamClient(location) as client:
             table = client.read_table(stream)
-        rows = Counter(tuple(r.values()) for r in table.to_pylist())
+        rows = row_counts(table)
         return cls(location, stream, epoch, namespace=epoch, written=rows)
 
     def write(self, batch: DataFrame, batch_id: int) -> bool:

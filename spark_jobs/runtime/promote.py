@@ -44,7 +44,7 @@ import pyarrow as pa
 
 from spark_jobs.runtime.dpc import DPCFragment
 from spark_jobs.runtime.host import StreamRef
-from spark_jobs.runtime.soutput import NAMESPACE_BITS, leave_out
+from spark_jobs.runtime.soutput import NAMESPACE_BITS, leave_out, row_counts
 from spark_jobs.runtime.transport import StreamClient, StreamLog
 
 log = logging.getLogger("fedload.agent.promote")
@@ -132,7 +132,7 @@ def failed_host_rows(output: StreamRef) -> tuple[Counter[tuple[Any, ...]], int |
     with StreamClient(output.location, timeout=CALL_TIMEOUT_S) as client:
         table = client.read_table(output.stream)
         boundary = client.info(output.stream)["boundary"]
-    return Counter(tuple(r.values()) for r in table.to_pylist()), boundary
+    return row_counts(table), boundary
 
 
 @dataclass

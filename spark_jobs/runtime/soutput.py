@@ -144,6 +144,25 @@ class SOutput:
         return fresh
 
 
+def row_key(row: dict[str, Any]) -> tuple[Any, ...]:
+    """A row as a hashable key for counting rows: a struct (a window's start and end) or a
+    list in a participant's output is made a tuple, recursively."""
+    return tuple(_hashable(value) for value in row.values())
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple((k, _hashable(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    return value
+
+
+def row_counts(table: pa.Table) -> Counter[tuple[Any, ...]]:
+    """How many times each row is in ``table`` (what a failover leaves out once each)."""
+    return Counter(row_key(r) for r in table.to_pylist())
+
+
 def leave_out(table: pa.Table, written: Counter[tuple[Any, ...]]) -> tuple[pa.Table, int]:
     """``table`` without the rows ``written`` still counts (each taken once from the count),
     and how many were left out."""
@@ -151,7 +170,7 @@ def leave_out(table: pa.Table, written: Counter[tuple[Any, ...]]) -> tuple[pa.Ta
         return table, 0
     keep = []
     for row in table.to_pylist():
-        key = tuple(row.values())
+        key = row_key(row)
         seen = written[key] > 0
         if seen:
             written[key] -= 1

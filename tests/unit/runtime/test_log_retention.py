@@ -54,3 +54,14 @@ def test_kept_buckets_can_be_read_from_first_and_older_ones_are_refused():
         assert "below 12" in str(error)
     else:
         raise AssertionError("a read below the kept buckets must fail, not answer empty")
+
+
+def test_rows_with_a_window_struct_are_counted_and_left_out_once_each():
+    from spark_jobs.runtime.soutput import leave_out, row_counts
+
+    window = {"start": 0, "end": 60}
+    table = pa.table({"w": [window, window, {"start": 60, "end": 120}], "n": [1, 1, 2]})
+    written = row_counts(table.slice(0, 1))
+    kept, dropped = leave_out(table, written)
+    assert dropped == 1
+    assert kept.to_pylist() == [{"w": window, "n": 1}, {"w": {"start": 60, "end": 120}, "n": 2}]
