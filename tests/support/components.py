@@ -61,6 +61,8 @@ def nats_problem(url: str | None = None) -> str | None:
 
     import nats
 
+    from tests.support.event_loop import run_coroutine
+
     where = url or nats_url()
 
     async def quiet(error: Exception) -> None:
@@ -74,7 +76,7 @@ def nats_problem(url: str | None = None) -> str | None:
             await client.close()
 
     try:
-        asyncio.run(asyncio.wait_for(probe(), 10))
+        run_coroutine(asyncio.wait_for(probe(), 10))
     except Exception as exc:  # any failure is the same answer: not usable
         return (
             f"no NATS server with JetStream at {where} ({exc!r}); start one with: "

@@ -19,7 +19,6 @@ runs first, while T, which allows it, is alive).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -41,6 +40,7 @@ from spark_jobs.runtime.failover import standby_consumer
 from spark_jobs.scenarios.processes import AgentSettings, ProcessFederation
 from tests.integration.participant.agents import _info, wait_for
 from tests.support.components import nats_problem, nats_url, require
+from tests.support.event_loop import run_coroutine
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -204,7 +204,7 @@ async def _nats(action: str, names: dict[str, str], rows: list[dict[str, Any]] |
 
 
 def nats_call(action: str, names: dict[str, str], rows: list[dict[str, Any]] | None = None):
-    return asyncio.run(_nats(action, names, rows))
+    return run_coroutine(_nats(action, names, rows))
 
 
 @pytest.fixture(scope="module")

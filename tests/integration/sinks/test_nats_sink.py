@@ -6,7 +6,6 @@ under CI=true a missing server fails with what to start, elsewhere the test is s
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from spark_jobs.runtime.transport import StreamServer
 from spark_jobs.sinks.nats import NatsSink, message_id
 from spark_jobs.sinks.writer import Chunk, Progress, SinkWriter
 from tests.support.components import nats_problem, nats_url, require
+from tests.support.event_loop import run_coroutine
 
 TASK, LOG = "A.q", "A.q.out"
 
@@ -31,7 +31,7 @@ def names() -> Iterator[tuple[str, str]]:
     suffix = uuid.uuid4().hex[:8]
     stream, subject = f"FEDLOAD_TEST_{suffix}", f"fedload.test.{suffix}"
     yield stream, subject
-    asyncio.run(_delete(stream))
+    run_coroutine(_delete(stream))
 
 
 async def _connect() -> Any:
@@ -82,7 +82,7 @@ def test_a_range_sent_again_is_kept_once(names: tuple[str, str]) -> None:
         sink.write(Chunk(TASK, 2, 2, rows(2.2), 1_000_000))  # part of it, by another range
     finally:
         sink.close()
-    stored = asyncio.run(_stored(stream))
+    stored = run_coroutine(_stored(stream))
     assert [m for m, _ in stored] == [
         message_id(TASK, 0, 0),
         message_id(TASK, 0, 1),
@@ -121,6 +121,6 @@ def test_a_writer_restarted_from_an_older_progress_file_sends_no_duplicate(
             assert writer.next == 4
         finally:
             server.shutdown()
-    stored = asyncio.run(_stored(stream))
+    stored = run_coroutine(_stored(stream))
     assert len(stored) == expected
     assert len({m for m, _ in stored}) == expected

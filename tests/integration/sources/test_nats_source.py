@@ -4,7 +4,6 @@ restart resumes from the persisted sequence: nothing twice, nothing skipped."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import uuid
@@ -21,6 +20,7 @@ from spark_jobs.sources import SourceContext
 from spark_jobs.sources.nats import NatsSource
 from tests.integration.sources.conftest import STREAM, wait_for
 from tests.support.components import nats_problem, nats_url, require
+from tests.support.event_loop import run_coroutine
 
 SCHEMA = parse_ddl("station STRING, ts TIMESTAMP, temp DOUBLE", ["schema"])
 BASE_MS = 1_772_323_200_000  # 2026-03-01T00:00:00Z
@@ -52,7 +52,7 @@ def publish(subject: str, rows: list[tuple[str, int, float]]) -> int:
             last = (await js.publish(subject, body)).seq
         return last
 
-    return int(asyncio.run(_js(send)))
+    return int(run_coroutine(_js(send)))
 
 
 @pytest.fixture
@@ -68,11 +68,11 @@ def jetstream() -> Iterator[str]:
     async def delete(js: Any) -> None:
         await js.delete_stream(name)
 
-    asyncio.run(_js(create))
+    run_coroutine(_js(create))
     try:
         yield name
     finally:
-        asyncio.run(_js(delete))
+        run_coroutine(_js(delete))
 
 
 def logged(server: StreamServer) -> list[tuple[Any, ...]]:
