@@ -5,6 +5,11 @@
 stop it after its last committed micro-batch, pack the checkpoint, and restore a checkpoint that
 was shipped to its server. Several runtimes may share one SparkSession (tests, the one-process
 demo): the session stays warm, only queries stop and start.
+
+Size: one module past 600 lines because ``FragmentRuntime`` is one object (start, stop, copy,
+adopt, pack and install share its maps of running queries and checkpoint directories) and the
+listener that publishes boundaries reads those maps. Its seam is the boundary listener and the
+alternates file, which could move to a module of their own without touching the runtime's state.
 """
 
 from __future__ import annotations

@@ -28,6 +28,13 @@ committing leaves a prepared movement that the registry aborts when its lease ex
 source's next tick restarts the fragment it had released; a target that died after committing
 restarts it from the installed checkpoint when it comes back; a source that died resumes its
 fragment only if the registry still names it the host.
+
+Size: past 600 lines (842 before participants' own work, 947 now) because the host's tick
+(``reconcile``), its moves (``receive``/``release_for``) and its own-work hooks (sources, sinks,
+measured load, the start gate on empty inputs) all read and write the same per-fragment maps under
+one lock. The seams for a split are the own-work hooks (already mostly in ``own_work``,
+``sources``, ``sinks`` and ``cpu_load``) and the move protocol (``receive`` and the release
+handlers), which would move with the lock they take.
 """
 
 from __future__ import annotations

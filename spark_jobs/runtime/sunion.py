@@ -102,6 +102,12 @@ gone, so the source must not fail the query when a producer cannot be reached:
   path is, in local mode (the fragments' deployment); a cluster would need a shared path.
   Without ``spool_dir`` the reader reads from the producers as before (stable ranges of a cut
   input then fail the batch).
+
+Size: past 600 lines because everything here runs inside Spark's Python data source, in the
+driver's planner process and in executor workers, where nothing of the agent is shared: the
+reader's planning, DPC's release rule, replicated inputs, spools and the per-input tag must travel
+together in one pickled reader. The pure parts (bucket splitting, widths) are functions at the top
+and could move out; the reader itself is one object.
 """
 
 from __future__ import annotations

@@ -37,6 +37,11 @@ say why: gRPC UNAUTHENTICATED (no token, forged, expired, for another server) or
 PERMISSION_DENIED (another stream, task, movement, consumer or operation), both starting
 "data-plane token refused". Clients send a token per call (``StreamClient`` asks its token
 source for the call's ``Grant``). With ``tls`` the endpoint is ``grpc+tls://``.
+
+Size: past 600 lines because the log (``StreamLog``), its Flight server and its client speak one
+wire protocol: every action the server answers has its client call and its grant here, so a change
+to one is seen beside the others. The seam for a split is the in-memory log, which has no Flight in
+it and could be a module of its own.
 """
 
 from __future__ import annotations
