@@ -23,9 +23,14 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from app.work.spec import SourceSpec, Work
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from spark_jobs.sources.buckets import SourceLog
 
 __all__ = ["Runner", "SourceContext", "idle_advance", "runner_for", "source_spec"]
 
@@ -49,6 +54,22 @@ class SourceContext:
     state_dir: Path  # <data dir>/sources/<task>: the source's position, kept across restarts
     spark: Callable[[], Any] | None = None  # the agent's SparkSession (files)
     on_error: Callable[[str], None] | None = None  # the agent reports it on the task
+
+    def source_log(self, client: Any, schema: pa.Schema, lateness_s: float) -> SourceLog:
+        """The source's ``SourceLog`` on ``client``, its position resumed from the state dir:
+        how a files or NATS source starts writing its task's log."""
+        from spark_jobs.sources.buckets import SourceLog, StateStore
+
+        log = SourceLog(
+            client,
+            self.stream,
+            schema,
+            StateStore(self.state_dir),
+            bucket_seconds=self.bucket_seconds,
+            lateness_s=lateness_s,
+        )
+        log.resume()
+        return log
 
 
 def source_spec(work: Mapping[str, Any]) -> SourceSpec | None:

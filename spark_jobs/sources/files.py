@@ -32,7 +32,7 @@ from app.publish import arrow_schema, conform, lateness_seconds
 from app.work.spec import SourceSpec
 from spark_jobs.runtime.transport import StreamClient
 from spark_jobs.sources import SourceContext, idle_advance
-from spark_jobs.sources.buckets import SourceLog, StateStore
+from spark_jobs.sources.buckets import SourceLog
 
 log = logging.getLogger("fedload.sources.files")
 
@@ -97,15 +97,7 @@ class FileSource:
             return
         spark = self.context.spark()
         with StreamClient(self.context.location) as client:
-            self.log = SourceLog(
-                client,
-                self.context.stream,
-                self.schema,
-                StateStore(self.context.state_dir),
-                bucket_seconds=self.context.bucket_seconds,
-                lateness_s=self.lateness_s,
-            )
-            self.log.resume()
+            self.log = self.context.source_log(client, self.schema, self.lateness_s)
             self.query = self._start(spark)
             try:
                 self._watch()

@@ -31,7 +31,7 @@ from app.publish import arrow_schema, conform, lateness_seconds
 from app.work.spec import DEFAULT_NATS_URL, SourceSpec
 from spark_jobs.runtime.transport import StreamClient
 from spark_jobs.sources import SourceContext, idle_advance
-from spark_jobs.sources.buckets import SourceLog, StateStore
+from spark_jobs.sources.buckets import SourceLog
 
 log = logging.getLogger("fedload.sources.nats")
 
@@ -109,15 +109,7 @@ class NatsSource:
 
     def run(self) -> None:
         with StreamClient(self.context.location) as client:
-            self.log = SourceLog(
-                client,
-                self.context.stream,
-                self.schema,
-                StateStore(self.context.state_dir),
-                bucket_seconds=self.context.bucket_seconds,
-                lateness_s=self.lateness_s,
-            )
-            self.log.resume()
+            self.log = self.context.source_log(client, self.schema, self.lateness_s)
             while not self.stopped.is_set():
                 try:
                     asyncio.run(self._consume())
