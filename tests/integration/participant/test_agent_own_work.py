@@ -328,7 +328,9 @@ def test_a_python_fragment_runs_only_where_its_distribution_is_allowed(own_work)
         return list(admin._call("GET", f"/v1/participants/{name}").get("fragments") or [])
 
     # What each agent's heartbeats say its operator allows (fedload's own always).
+    # Each agent's first heartbeat comes when its Spark is up, so S may be later than T.
     wait_for("T's heartbeat to advertise the distribution", lambda: PYTHON_DIST in advertised("T"))
+    wait_for("S's heartbeat to advertise what it allows", lambda: bool(advertised("S")))
     assert "fedload" in advertised("S") and PYTHON_DIST not in advertised("S")
     # T runs it: its output grows in O's log.
     wait_for("O.doubled's output", lambda: int(_info(admin, "O.doubled")["rows"]) > 0, 180)
