@@ -21,6 +21,15 @@ GENERATOR = {"seed": 11, "rate": 60}
 # (3 s when quiet, 6-10 s seen under a load of 10), and beside a warm hand-off (the crash
 # tests' "warmed" case) that gives up after its budget and moves by stop-and-copy then.
 LEASE_SECONDS = 20.0
+# O runs the generator (a Python publisher) and keeps the logs: no Spark query, unless O.x moves
+# back to it. Its agent starts Spark only then (``--spark-eager`` off): an idle JVM of its own
+# would take one of the two cores from S's and T's while they start and move O.x.
+SPARKLESS = frozenset({"O"})
+
+
+def eager(name: str) -> bool:
+    """Whether ``name``'s agent starts Spark at once (see ``SPARKLESS``)."""
+    return name not in SPARKLESS
 
 
 def wait_for(

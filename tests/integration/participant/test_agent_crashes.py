@@ -21,6 +21,7 @@ from spark_jobs.scenarios.processes import ProcessFederation
 from spark_jobs.scenarios.reference import check_fragment
 from tests.integration.participant.agents import (
     GENERATOR,
+    eager,
     federation,
     grows,
     host_of,
@@ -60,7 +61,7 @@ def assert_output_exact(fed: ProcessFederation, spark) -> None:
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_the_target_killed_at_each_phase_leaves_one_host_and_exact_output(db_url, tmp_path, spark):
     with federation(tmp_path / "federation", db_url) as fed:
-        fed.start_agent("O")
+        fed.start_agent("O", spark_eager=eager("O"))
         fed.start_agent("S")
         t_data = restart_t(fed, "prepared", spark=False)
         admin = fed.admin()
@@ -115,7 +116,7 @@ def test_the_target_killed_at_each_phase_leaves_one_host_and_exact_output(db_url
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 def test_the_source_killed_at_each_phase_leaves_one_host_and_exact_output(db_url, tmp_path, spark):
     with federation(tmp_path / "federation", db_url) as fed:
-        fed.start_agent("O")
+        fed.start_agent("O", spark_eager=eager("O"))
         fed.start_agent("S")
         t_data = restart_t(fed, "prepared", spark=False)
         admin = fed.admin()
