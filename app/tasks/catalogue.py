@@ -121,6 +121,22 @@ CATALOGUE: Mapping[str, FragmentKind] = {
                     description="Stop after this many seconds of records; absent: run on.",
                 ),
                 Param("scan_rate", float, 6.0, 0, description="Ports each scanner probes per s."),
+                Param(
+                    "rate_after",
+                    float,
+                    None,
+                    0,
+                    exclusive=True,
+                    description="Rows per second from second rate_from on (the input rising "
+                    "or falling mid-run, the same rows for the same seed).",
+                ),
+                Param(
+                    "rate_from",
+                    int,
+                    None,
+                    1,
+                    description="The generator's second at which rate_after takes over.",
+                ),
             ),
             writes=CONNECTIONS,
             reads=None,

@@ -120,6 +120,11 @@ class TaskCreate(BaseModel):
     watermark: ShortText | None = Field(
         default=None, description="How late an input row may be, e.g. '10 seconds', '1 hour'."
     )
+    trigger: ShortText | None = Field(
+        default=None,
+        description="How often the query runs a micro-batch, e.g. '2 seconds' (0.1-60 s; "
+        "default the agent's, 0.5 s). Each batch costs a fixed amount whatever it reads.",
+    )
     columns: Text | None = Field(
         default=None,
         alias="schema",

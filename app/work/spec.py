@@ -205,6 +205,26 @@ def check_unreserved(schema: StreamSchema, path: Sequence[str | int]) -> StreamS
     return schema
 
 
+# A batch more often than this is mostly fixed cost; one less often holds a move or a failover
+# back that long (a query stops between batches).
+MIN_TRIGGER_SECONDS = 0.1
+MAX_TRIGGER_SECONDS = 60.0
+_UNIT_SECONDS = {
+    "millisecond": 0.001,
+    "second": 1.0,
+    "minute": 60.0,
+    "hour": 3600.0,
+    "day": 86400.0,
+    "week": 604800.0,
+}
+
+
+def interval_seconds(interval: str) -> float:
+    """A checked interval (``"2 seconds"``, ``"500 milliseconds"``) in seconds."""
+    number, unit = interval.split()
+    return float(number) * _UNIT_SECONDS[unit.lower().rstrip("s")]
+
+
 def check_interval(value: Any, path: Sequence[str | int]) -> str:
     """A Spark interval such as ``"10 seconds"`` or ``"1 hour"``."""
     if not isinstance(value, str) or not _INTERVAL.match(value):
@@ -254,6 +274,10 @@ class Work:
     # How late an input row may be, on the inputs' event-time columns (a fragment's windows
     # close this long after their end).
     watermark: str | None = None
+    # How often the fragment's query runs a micro-batch (Spark's processing-time trigger); None:
+    # the agent's default. Each batch has a fixed cost whatever it reads, so a query that can
+    # wait longer between batches costs its host less.
+    trigger: str | None = None
     # The declared output schema (required for Python fragments: nothing runs at the registry).
     schema: StreamSchema | None = None
     sink: SinkSpec | None = None
@@ -288,6 +312,8 @@ class Work:
             out["distribution_version"] = self.distribution_version
         if self.watermark is not None:
             out["watermark"] = self.watermark
+        if self.trigger is not None:
+            out["trigger"] = self.trigger
         if self.schema is not None:
             out["schema"] = self.schema.ddl()
         if self.sink is not None:
@@ -302,7 +328,16 @@ class Work:
         return parse_work(data, distributions=None)
 
 
-WORK_FIELDS = ("source", "sql", "python", "distribution", "watermark", "schema", "sink")
+WORK_FIELDS = (
+    "source",
+    "sql",
+    "python",
+    "distribution",
+    "watermark",
+    "trigger",
+    "schema",
+    "sink",
+)
 
 
 def parse_work(
@@ -347,6 +382,17 @@ def parse_work(
         if sql is None and python is None:
             raise FragmentError("a watermark is for a fragment over inputs", (*base, "watermark"))
         watermark = check_interval(raw["watermark"], (*base, "watermark"))
+    trigger = None
+    if raw.get("trigger") is not None:
+        if sql is None and python is None:
+            raise FragmentError("a trigger is for a fragment over inputs", (*base, "trigger"))
+        trigger = check_interval(raw["trigger"], (*base, "trigger"))
+        if not MIN_TRIGGER_SECONDS <= interval_seconds(trigger) <= MAX_TRIGGER_SECONDS:
+            raise FragmentError(
+                f"trigger is between {MIN_TRIGGER_SECONDS:g} and {MAX_TRIGGER_SECONDS:g} "
+                f"seconds, got {trigger!r}",
+                (*base, "trigger"),
+            )
     schema = None
     if raw.get("schema") is not None:
         if source is not None:
@@ -367,6 +413,7 @@ def parse_work(
         distribution=distribution,
         distribution_version=version,
         watermark=watermark,
+        trigger=trigger,
         schema=schema,
         sink=sink,
     )
@@ -447,7 +494,14 @@ def _type_name(types: type | tuple[type, ...]) -> str:
 # times track the wall clock, so that it closes buckets while no rows come.
 _TIMING: dict[str, type | tuple[type, ...]] = {"lateness": str, "idle_advance": bool}
 _SOURCE_OPTIONS: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "generator": {"seed": int, "rate": (int, float), "seconds": int, "scan_rate": (int, float)},
+    "generator": {
+        "seed": int,
+        "rate": (int, float),
+        "seconds": int,
+        "scan_rate": (int, float),
+        "rate_after": (int, float),
+        "rate_from": int,
+    },
     "files": {
         "format": str,
         "path": str,
@@ -471,10 +525,13 @@ def _source(raw: Any, base: tuple[str | int, ...]) -> SourceSpec:
         )
     options = _options(raw, _SOURCE_OPTIONS[kind], _SOURCE_REQUIRED[kind], f"{kind} source", base)
     if kind == "generator":
-        # The generator's rows are fixed (connection records): its schema is its own.
-        if raw.get("schema") is not None:
+        # The generator's rows are fixed (connection records): its schema is its own. The
+        # stored form (``Work.to_json``) writes it out, so that one is read back as it is.
+        own = parse_ddl(GENERATOR_SCHEMA, (*base, "schema"))
+        given = raw.get("schema")
+        if given is not None and (not isinstance(given, str) or given != own.ddl()):
             raise FragmentError("the generator's schema is its own; give none", (*base, "schema"))
-        return SourceSpec(kind, parse_ddl(GENERATOR_SCHEMA, (*base, "schema")), STIME, options)
+        return SourceSpec(kind, own, STIME, options)
     if kind == "files" and options["format"] not in FILE_FORMATS:
         raise FragmentError(
             f"unknown file format {options['format']!r}; known: {', '.join(FILE_FORMATS)}",

@@ -18,7 +18,7 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,7 +28,7 @@ from pyspark.sql.types import StructType
 
 from app.participant.ports import TaskRecord
 from app.work.distributions import FRAGMENTS_ENV, parse_list
-from app.work.spec import Work
+from app.work.spec import Work, interval_seconds
 from spark_jobs.fragments.python import (
     FragmentRefused,
     FragmentUnavailable,
@@ -92,6 +92,16 @@ def work_fragment(task: TaskRecord, allowed: Collection[str]) -> WorkFragment:
         build = python_fragment(function, inputs, work.watermark, task.params)
         return WorkFragment(build, schema, "python")
     raise FragmentAnalysisError(f"{task.name} runs neither SQL nor a Python function")
+
+
+# How often a fragment runs a micro-batch unless its task says (``trigger:``).
+DEFAULT_TRIGGER_SECONDS = 0.5
+
+
+def trigger_seconds(work: Mapping[str, Any] | None) -> float:
+    """The task's ``trigger`` in seconds, or the default (catalogue fragments have none)."""
+    trigger = (work or {}).get("trigger")
+    return DEFAULT_TRIGGER_SECONDS if not trigger else interval_seconds(str(trigger))
 
 
 def empty_stream(spark: SparkSession, schema: StructType) -> DataFrame:

@@ -85,7 +85,7 @@ from spark_jobs.runtime.host import (
     only_alternates_differ,
 )
 from spark_jobs.runtime.movement import Relocation, RemoteHost, relocate
-from spark_jobs.runtime.own_work import hosting_of
+from spark_jobs.runtime.own_work import hosting_of, trigger_seconds
 from spark_jobs.runtime.registry_coordinator import PreparedMovementCoordinator, abort_once
 from spark_jobs.runtime.transport import PackedCheckpoint, StreamClient, StreamServer
 from spark_jobs.runtime.warm import (
@@ -207,9 +207,18 @@ class _Publisher:
 
 
 def generator_of(params: Mapping[str, Any]) -> ConnectionGenerator:
+    """The seeded generator of a source task's parameters: ``rate`` rows a second, and
+    ``rate_after`` from the generator's second ``rate_from`` on when both are given (an input
+    that rises mid-run, reproducibly: a reference run regenerates the same rows)."""
+    rate = float(params.get("rate", NOMINAL_ROWS_PER_SECOND))
+    schedule = RateSchedule.constant(rate)
+    if params.get("rate_after") is not None and params.get("rate_from") is not None:
+        schedule = RateSchedule(
+            ((0.0, rate), (float(params["rate_from"]), float(params["rate_after"])))
+        )
     return ConnectionGenerator(
         seed=int(params.get("seed", 7)),
-        schedule=RateSchedule.constant(float(params.get("rate", NOMINAL_ROWS_PER_SECOND))),
+        schedule=schedule,
         scan_rate=float(params.get("scan_rate", 6)),
     )
 
@@ -689,7 +698,7 @@ class SparkParticipantHost:
             ),
             output=StreamRef(owner, task.output_stream),
             bucket_seconds=self.bucket_seconds,
-            trigger_seconds=0.5,
+            trigger_seconds=trigger_seconds(task.work),
             max_buckets_per_batch=round(
                 (BATCH_SECONDS if task.fragment is not None else OWN_WORK_BATCH_SECONDS)
                 / self.bucket_seconds
