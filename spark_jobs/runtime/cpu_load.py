@@ -34,6 +34,8 @@ WINDOW_SECONDS = 10.0
 MIN_SPAN_SECONDS = 3.0
 # A query's first seconds here are its start-up and catch-up (see ``observe``).
 SETTLE_SECONDS = 8.0
+# ... and its first batches: the first catches up on everything that waited meanwhile.
+SETTLE_BATCHES = 2
 # Spark's status store keeps 1,000 stages by default (spark.ui.retainedStages); remembering
 # more ids than that only holds memory.
 MAX_REMEMBERED_STAGES = 5000

@@ -69,7 +69,12 @@ from spark_jobs.fragments import catalogue
 from spark_jobs.generators import ConnectionGenerator, RateSchedule, bucket_of, split_buckets
 from spark_jobs.runtime import follow
 from spark_jobs.runtime.active import is_active_copy
-from spark_jobs.runtime.cpu_load import SETTLE_SECONDS, UNITS_PER_CORE, SparkCpuMeter
+from spark_jobs.runtime.cpu_load import (
+    SETTLE_BATCHES,
+    SETTLE_SECONDS,
+    UNITS_PER_CORE,
+    SparkCpuMeter,
+)
 from spark_jobs.runtime.dataplane import (
     ClientDefaults,
     FlightAuth,
@@ -851,7 +856,13 @@ class SparkParticipantHost:
             # fragment: the window keeps counting across it.
             runs[:] = [*runs[-2:], run_id]
             self._run_started[run_id] = time.monotonic()
-        settling = time.monotonic() - self._run_started.get(run_id, 0.0) < SETTLE_SECONDS
+        # Settled once its first batches are done: the first reads everything that waited
+        # while the query started (after a move, the backlog of its move), seconds of CPU that
+        # would read as the fragment's load for a whole window.
+        settling = (
+            time.monotonic() - self._run_started.get(run_id, 0.0) < SETTLE_SECONDS
+            or len(self.runtime.recent_progress(task.name, SETTLE_BATCHES)) < SETTLE_BATCHES
+        )
         self._cpu.observe(task.name, runs, settling=settling)
         measured = self._cpu.load(task.name)
         return task.load if measured is None else measured
