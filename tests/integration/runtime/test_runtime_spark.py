@@ -7,6 +7,7 @@ without restarts or moves. Equal sorted row lists mean nothing lost and nothing 
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import pytest
 
@@ -213,7 +214,15 @@ def test_fragments_chain_across_hosts_through_output_boundaries(spark, servers, 
     data = GENERATOR.seconds(0, 24)
     with declare(servers["source"]) as source:
         publish(source, "conns", data, BUCKET)
-    qa, qb = a.start(ports, epoch=0), b.start(prefixes, epoch=0)
+    qa = a.start(ports, epoch=0)
+    # (c) starts while (b) runs, once (b)'s log holds its first rows: a fresh SUnion over an
+    # empty log starts at bucket 0, and its first read steps through every bucket number from
+    # there to the data's (over a minute of one core here, for no rows).
+    while a.server.log.info("scanners")["first"] is None:
+        if qa.exception() is not None or not qa.isActive:
+            raise AssertionError(f"(b) stopped before its first rows: {qa.exception()}")
+        time.sleep(0.1)
+    qb = b.start(prefixes, epoch=0)
     seen, stable = -1, 0
     for _ in range(40):
         qa.processAllAvailable()
