@@ -172,6 +172,13 @@ def _run(
         return int(_info(o_at, output_stream(SOURCE), tokens)["boundary"] or 0)
 
     with console.status("S runs O.p; T starts its active replica and catches up ..."):
+        # P's agent starts once the replica is placed (O.s's first spec names T's copy then)
+        # and O's log of O.p holds rows, not once T's copy has caught up: P's Spark starts
+        # while T's copy catches up, not after it. Not before O.p's first rows: O.s, started
+        # over an empty log, would begin at bucket 0 and its reader would step through every
+        # bucket number from there to now. Until T's copy has begun its log O.s reads O's
+        # alone (an alternate without the stream is no source yet); the waits below see it
+        # read T's copy.
         start_active_replica(
             PAIR,
             fed.client(OWNER),
@@ -179,6 +186,7 @@ def _run(
             tokens,
             source_end,
             options.startup_timeout_s,
+            once_writing=lambda: fed.start_agent(CONSUMER),
         )
     t_at = location(admin, HOLDER)
 
@@ -190,8 +198,7 @@ def _run(
         found = _info(where, stream, tokens)["acks"].get(DOWNSTREAM)
         return None if found is None else int(found)
 
-    with console.status("P's agent starts O.s over O.p's logs ..."):
-        fed.start_agent(CONSUMER)
+    with console.status("P's agent runs O.s over O.p's logs ..."):
         wait_until(
             "O.s to write output at O",
             lambda: _info(o_at, s_stream, tokens)["rows"] > 0,

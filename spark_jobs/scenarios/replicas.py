@@ -203,12 +203,14 @@ def start_active_replica(
     tokens: TokenSource,
     sources: Callable[[], int],
     startup_timeout_s: float,
+    once_writing: Callable[[], object] | None = None,
 ) -> None:
     """The owner places the active replicas (``POST /v1/tasks/<task>/replicas``, one per
     holder); wait until the primary writes output, each replica is STABLE past its first whole
     window, and the primary has worked through its sources' backlog to within two windows of
     ``sources()`` (the newest bucket every source has closed). ``where(participant)``: the
-    endpoint to ask."""
+    endpoint to ask. ``once_writing``: called once the replicas are placed and the primary's log
+    holds rows, before the waits for the replicas (what may start while they catch up)."""
     placed = owner_client._call(
         "POST",
         f"/v1/tasks/{pair.task}/replicas",
@@ -232,6 +234,8 @@ def start_active_replica(
         lambda: info(pair.owner)["rows"] > 0,
         startup_timeout_s,
     )
+    if once_writing is not None:
+        once_writing()
 
     def replica_caught_up(holder: str) -> bool:
         state = holder_state(holder)
