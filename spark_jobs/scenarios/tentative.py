@@ -341,6 +341,17 @@ def _run(
                 every=0.5,
             )
 
+        def permit_given_back() -> bool:
+            # A copy releases the permit after its REC_DONE, a moment after it is STABLE again;
+            # the checks read each permit interval's end from the registry's records, so the
+            # last release must be there (not left to the pause after the heal).
+            return all(
+                i["released"] is not None for i in permit_intervals(_permit_records(admin, TASK))
+            )
+
+        with contextlib.suppress(TimeoutError):
+            wait_until("the permit to be given back", permit_given_back, 60, every=0.5)
+
         def resolved() -> bool:
             # The consumer's stable output has passed every tentative row it was shown.
             newest = max(consumer.tentative_seen, default=-1) // round(bucket_s * 1000)

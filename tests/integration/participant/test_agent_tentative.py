@@ -44,8 +44,14 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     # T reconciles "auto" (``fedload agent --reconcile auto``: it stands down for its redo
     # when the registry, granting the permit, names another copy serving, here O's primary),
     # U alongside (the default): both ways through agent processes in one federation.
+    # After the heal the scenario already waits for what the cases read (both copies STABLE
+    # again, their logs past their tentative buckets, the consumer's stable output past the
+    # failure): a second of output after that is enough, not the demo's four.
     options = TentativeOptions(
-        report_dir=base / "report", work=base / "work", reconcile_by_holder=((HOLDER, "auto"),)
+        report_dir=base / "report",
+        work=base / "work",
+        reconcile_by_holder=((HOLDER, "auto"),),
+        after_heal_s=1.0,
     )
     found = run_tentative(options, Console(stderr=True))
     print(json.dumps({k: v for k, v in found.items() if k != "proxy_stats"}, default=str))
