@@ -31,6 +31,7 @@ from spark_jobs.scenarios.processes import ProcessFederation
 from spark_jobs.scenarios.reference import check_fragment
 from tests.integration.participant.agents import (
     GENERATOR,
+    eager,
     federation,
     grows,
     host_of,
@@ -78,7 +79,7 @@ def test_a_move_switches_to_a_warm_copy_and_the_output_equals_a_run_without_it(t
     with federation(tmp_path / "federation", lease_seconds=LEASE_SECONDS) as fed:
         env = {WARM_BUDGET_ENV: str(WARM_BUDGET_S), FAULT_PAUSE_ENV: "armed"}
         for name in ("O", "S", "T"):
-            fed.start_agent(name, env=env)
+            fed.start_agent(name, env=env, spark_eager=eager(name))
         admin = fed.admin()
         wait_for("O.x to write output from S", lambda: output_rows(admin, "O.x") > 0, 180)
         grows(admin, "O.x")  # S's query runs steadily before the copy starts
