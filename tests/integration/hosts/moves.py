@@ -21,6 +21,7 @@ from tests.integration.participant.agents import (
     FEDERATION,
     GENERATOR,
     LEASE_SECONDS,
+    eager,
     grows,
     host_of,
     output_rows,
@@ -70,7 +71,7 @@ def move_o_x_from_s_to_t(fed: ProcessFederation, spark: SparkSession) -> dict[st
     """Start O, S and T; S sheds O.x to T mid-stream; T's output equals the reference. Returns
     T's record of the move."""
     for name in ("O", "S", "T"):
-        fed.start_agent(name)
+        fed.start_agent(name, spark_eager=eager(name))
     admin = fed.admin()
     wait_for("O.x to write output from S", lambda: output_rows(admin, "O.x") > 0, START_TIMEOUT_S)
     assert host_of(admin, "O.x") == "S"
