@@ -257,7 +257,7 @@ def serve(
 @cli.command("demo")
 def demo(
     federation: Path = typer.Option(
-        Path("contracts/borealis-demo.yaml"), "--federation", help="Federation file to run."
+        Path("contracts/demo.yaml"), "--federation", help="Federation file to run."
     ),
     duration: float | None = typer.Option(
         None, "--duration", help="Seconds to run (default: the file's own duration, scaled)."

@@ -56,7 +56,7 @@ from spark_jobs.session import build_session
 
 @dataclass(frozen=True)
 class DemoOptions:
-    federation: Path = Path("contracts/borealis-demo.yaml")
+    federation: Path = Path("contracts/demo.yaml")
     report_dir: Path = Path("var/reports/demo")
     duration: float | None = None  # seconds of the (scaled) timeline; default the file's own
     time_scale: float = 0.55  # multiplies every time in the federation: ~4 min on the demo
