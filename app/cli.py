@@ -426,7 +426,7 @@ def _require_demo_federation(federation: Path) -> None:
     from app.resources import contracts_dir
     from app.user_errors import UserError
 
-    packaged = contracts_dir() / "borealis-demo.yaml"
+    packaged = contracts_dir() / federation.name
     raise UserError(
         f"--federation: {federation} not found in {Path.cwd()}",
         f"run fedload demo from the fedload checkout, or pass --federation {packaged}",

@@ -94,7 +94,7 @@ def _cases(world: World) -> dict[str, Case]:
         ),
         "demo outside the checkout": Case(
             ["demo", "--no-ui"],
-            ["contracts/borealis-demo.yaml not found", "checkout", "--federation"],
+            ["contracts/demo.yaml not found", "checkout", "--federation"],
             cwd=work,
         ),
         "no Java": Case(
