@@ -48,17 +48,17 @@ import typer
 from app.dataplane.tokens import APPEND, Grant
 from app.participant.client import ApiError, FedloadClient
 from app.user_errors import UserError
-from app.work.spec import STIME, SourceSpec, StreamSchema, Work
+from app.work.errors import FragmentError
+from app.work.spec import (
+    STIME,
+    SourceSpec,
+    StreamSchema,
+    Work,
+    check_interval,
+    interval_seconds,
+)
 
 DEFAULT_BUCKET_SECONDS = 1.0
-_UNIT_SECONDS = {
-    "millisecond": 0.001,
-    "second": 1.0,
-    "minute": 60.0,
-    "hour": 3600.0,
-    "day": 86400.0,
-    "week": 604800.0,
-}
 _SIMPLE_ARROW: dict[str, pa.DataType] = {
     "string": pa.string(),
     "boolean": pa.bool_(),
@@ -189,14 +189,12 @@ def lateness_seconds(options: Mapping[str, Any]) -> float:
     text = options.get("lateness", "0 seconds")
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         return float(text)
-    match = re.fullmatch(
-        r"\s*(\d+(?:\.\d+)?)\s*(millisecond|second|minute|hour|day|week)s?\s*",
-        str(text),
-        re.IGNORECASE,
-    )
-    if match is None:
-        raise ValueError(f"lateness {text!r} is not an interval like '10 seconds' or '1 minute'")
-    return float(match.group(1)) * _UNIT_SECONDS[match.group(2).lower()]
+    try:
+        return interval_seconds(check_interval(text, ("lateness",)))
+    except FragmentError as error:
+        raise ValueError(
+            f"lateness {text!r} is not an interval like '10 seconds' or '1 minute'"
+        ) from error
 
 
 def boundary_after(max_event_us: int, lateness_s: float, bucket_seconds: float) -> int:
