@@ -29,7 +29,7 @@ source's next tick restarts the fragment it had released; a target that died aft
 restarts it from the installed checkpoint when it comes back; a source that died resumes its
 fragment only if the registry still names it the host.
 
-Size: past 600 lines (842 before participants' own work, 947 now) because the host's tick
+Size: past 600 lines (842 before participants' own work, 974 now) because the host's tick
 (``reconcile``), its moves (``receive``/``release_for``) and its own-work hooks (sources, sinks,
 measured load, the start gate on empty inputs) all read and write the same per-fragment maps under
 one lock. The seams for a split are the own-work hooks (already mostly in ``own_work``,

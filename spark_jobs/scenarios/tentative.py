@@ -35,6 +35,12 @@ tentative during the cut, corrected after the heal and ends STABLE with its log 
 its added latency within X; the registry's permit records (its audit log: each grant to a new
 holder and each release) show the two reconciliations one after the other, each copy's own
 reconciliation inside its permit, and at every moment one copy STABLE or UP_FAILURE.
+
+Size: past 600 lines because the driver, the paper's latency model and the report are still one
+module: the latency model (first-processed times per input bucket, the baseline median, the
+added latency against X) and the report's checks read the same per-bucket records the driver
+collects. The seams for the split are those three: the driver (federation, cut, heal, waits),
+the latency measure (pure, over the records) and the report (checks and JSON).
 """
 
 from __future__ import annotations
